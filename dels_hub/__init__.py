@@ -1,0 +1,38 @@
+"""dels_hub: lossless speculative decoding with DFlash block drafters fused with DeLS local heads."""
+
+from transformers import AutoConfig, AutoModel
+
+from . import errors
+from .checks import check_compatibility
+from .dflash import DFlashConfig, DFlashDraftModel, build_target_layer_ids
+from .families import tokenizer_fingerprint
+from .fusion import fuse_logits, fusion_weights
+from .generation import DeLSGenerateOutput, DeLSGenerator
+from .heads import DeLSLocalHead, DeLSLocalHeadConfig
+from .sampling import Warping, sample, warp_probs
+from .verify import verify_greedy, verify_rejection
+
+AutoConfig.register(DeLSLocalHeadConfig.model_type, DeLSLocalHeadConfig, exist_ok=True)
+AutoModel.register(DeLSLocalHeadConfig, DeLSLocalHead, exist_ok=True)
+
+__version__ = "0.1.0"
+
+__all__ = [
+    "DFlashConfig",
+    "DFlashDraftModel",
+    "DeLSGenerateOutput",
+    "DeLSGenerator",
+    "DeLSLocalHead",
+    "DeLSLocalHeadConfig",
+    "Warping",
+    "build_target_layer_ids",
+    "check_compatibility",
+    "errors",
+    "fuse_logits",
+    "fusion_weights",
+    "sample",
+    "tokenizer_fingerprint",
+    "verify_greedy",
+    "verify_rejection",
+    "warp_probs",
+]

@@ -1,0 +1,53 @@
+"""One hierarchy of specific exceptions.
+
+Every error is a ``ValueError`` subclass (as in huggingface_hub), raised once at the boundary before any
+work starts, and its message names the values that disagree and what was expected.
+"""
+
+
+class DeLSError(ValueError):
+    """Base class of every dels_hub error."""
+
+
+class CheckpointKeysError(DeLSError):
+    """A checkpoint has missing or unexpected weights (strict loading)."""
+
+
+class IncompatibleTokenizerError(DeLSError):
+    """The head was trained for another tokenizer family than the target's."""
+
+
+class MissingTokenizerError(DeLSError):
+    """A head was given but no tokenizer could be found to check its family against."""
+
+
+class VocabSizeMismatchError(DeLSError):
+    """A head or drafter vocabulary does not fit the target's embedding rows."""
+
+
+class HiddenSizeMismatchError(DeLSError):
+    """The drafter's hidden size differs from the target's."""
+
+
+class TargetLayerOutOfRangeError(DeLSError):
+    """A drafter ``target_layer_ids`` entry is not a layer of the target."""
+
+
+class MaskTokenOutOfRangeError(DeLSError):
+    """The drafter's ``mask_token_id`` is outside the target's embedding table."""
+
+
+class BlockSizeError(DeLSError):
+    """A block size is below 2 for a drafter, or above what the drafter was trained for."""
+
+
+class FusionScheduleError(DeLSError):
+    """An alpha/beta schedule has the wrong length or a non-finite value."""
+
+
+class UnsupportedInputError(DeLSError):
+    """Generation input the loop does not support (batch size > 1, padding, empty prompt)."""
+
+
+class GenerationArgumentError(DeLSError):
+    """A generation argument has an invalid value (temperature <= 0, top_p outside (0, 1], ...)."""

@@ -1,0 +1,53 @@
+"""One drafted block: DFlash logits for every slot, then (with a head) the sequential fusion over the block."""
+
+import torch
+
+from ..fusion import fuse_logits
+from ..sampling import Warping, choose
+
+
+def context_features(hidden_states: tuple[torch.Tensor, ...], layer_ids: list[int]) -> torch.Tensor:
+    """``cat(hidden_states[l + 1] for l in layer_ids)``: outputs of target decoder layers l (index 0 is the
+    embedding output), ``[B, T, F*H]``."""
+    return torch.cat([hidden_states[layer + 1] for layer in layer_ids], dim=-1)
+
+
+def propose(
+    dflash_logits: torch.Tensor,
+    anchor: torch.Tensor,
+    warping: Warping,
+    generator: torch.Generator | None = None,
+    head=None,
+    log_prior: torch.Tensor | None = None,
+    alpha: torch.Tensor | None = None,
+    beta: torch.Tensor | None = None,
+) -> tuple[torch.Tensor, torch.Tensor | None]:
+    """Draft the k = bs - 1 tokens of a block.
+
+    Args:
+        dflash_logits: ``[k, V]`` DFlash logits L of block slots 1..k.
+        anchor: ``[1]`` the block's anchor (the last committed token); the head reads it first.
+        head, log_prior, alpha, beta: the local head, its ``[V_head]`` log-prior and ``[k]`` fusion weights;
+            ``head=None`` drafts from DFlash alone (all slots at once).
+
+    Returns:
+        ``(drafts [k], q [k, V] or None)``: q, the warped draft distributions the drafts were sampled from,
+        is None when greedy.
+    """
+    if head is None:
+        return choose(dflash_logits, warping, generator)
+    k = dflash_logits.shape[0]
+    drafts = torch.empty(k, dtype=torch.long, device=dflash_logits.device)
+    q = None if warping.greedy else torch.empty(dflash_logits.shape, dtype=torch.float32, device=dflash_logits.device)
+    # The head's state starts from zero at every block and reads the anchor then each draft as it is chosen.
+    state = head.initial_state(1)
+    head_logits, state = head.step(anchor, state)
+    for i in range(k):
+        fused = fuse_logits(dflash_logits[i], head_logits[0], log_prior, alpha[i], beta[i])
+        token, probs = choose(fused, warping, generator)
+        drafts[i] = token
+        if q is not None:
+            q[i] = probs
+        if i + 1 < k:
+            head_logits, state = head.step(drafts[i : i + 1], state)
+    return drafts, q

@@ -1,0 +1,234 @@
+"""``DeLSGenerator``: pair a target, a DFlash drafter and (optionally) a local head; generate losslessly."""
+
+import copy
+
+import torch
+from transformers import GenerationConfig
+
+from ..checks import check_compatibility
+from ..errors import BlockSizeError, GenerationArgumentError, UnsupportedInputError
+from ..fusion import fusion_weights
+from ..sampling import Warping
+from .loading import load_dflash, load_head, load_target, load_tokenizer
+from .loop import Verifiers, speculative_decode
+from .output import DeLSGenerateOutput
+
+# transformers' own defaults for fields a generation config leaves unset (GenerationConfig
+# ._get_default_generation_params); ours must be the same for the drop-in to sample the same distribution.
+GENERATION_DEFAULTS = {"max_length": 20, "do_sample": False, "temperature": 1.0, "top_k": 50, "top_p": 1.0}
+# Logits processors the loop does not apply: a non-default value would change the target's distribution.
+UNSUPPORTED = {
+    "num_beams": 1,
+    "num_return_sequences": 1,
+    "repetition_penalty": 1.0,
+    "no_repeat_ngram_size": 0,
+    "min_length": 0,
+    "min_new_tokens": None,
+    "min_p": None,
+    "typical_p": 1.0,
+}
+
+
+class DeLSGenerator:
+    """Speculative decoding with a frozen DFlash drafter, optionally fused with a DeLS local head.
+
+    ``head=None`` is the DFlash-only baseline. Compatibility is checked once, here, before any work.
+    """
+
+    def __init__(self, target, drafter, head=None, tokenizer=None, *, alpha=None, beta=None, pure_prefix_len=None):
+        check_compatibility(target, drafter, head, tokenizer)
+        self.target = target.eval()
+        self.drafter = drafter.eval()
+        self.head = head.eval() if head is not None else None
+        self.tokenizer = tokenizer
+        head_config = head.config if head is not None else None
+        self.alpha = alpha if alpha is not None else getattr(head_config, "alpha", 0.0)
+        self.beta = beta if beta is not None else getattr(head_config, "beta", 0.0)
+        self.pure_prefix_len = (
+            pure_prefix_len if pure_prefix_len is not None else getattr(head_config, "pure_prefix_len", 1)
+        )
+        # Validate the schedules now, not at the first generate call.
+        fusion_weights(self.alpha, self.beta, self.pure_prefix_len, self.block_size - 1)
+        self.verifiers = Verifiers()
+
+    @classmethod
+    def from_pretrained(
+        cls,
+        target,
+        dflash,
+        head=None,
+        *,
+        dtype=None,
+        device=None,
+        tokenizer=None,
+        alpha=None,
+        beta=None,
+        pure_prefix_len=None,
+        **target_kwargs,
+    ) -> "DeLSGenerator":
+        """Load or adopt the three parts.
+
+        Args:
+            target: Hub id, local path or loaded causal LM. ``target_kwargs`` (e.g. ``gguf_file``) pass
+                through to its ``from_pretrained``.
+            dflash: Hub id, local path (z-lab format) or loaded ``DFlashDraftModel``.
+            head: Hub id, local path or loaded ``DeLSLocalHead``; None for DFlash only.
+            dtype: dtype of the target (default: the checkpoint's); drafter and head follow the target.
+            device: where to put all three (default: where the target is).
+            tokenizer: needed with a head when the target is an in-memory model.
+        """
+        tokenizer = load_tokenizer(target, tokenizer, **target_kwargs)
+        target = load_target(target, dtype, **target_kwargs)
+        if device is not None:
+            target = target.to(device)
+        place = {"device": target.device, "dtype": target.dtype}
+        drafter = load_dflash(dflash, dtype).to(**place)
+        head = load_head(head, dtype)
+        if head is not None:
+            head = head.to(**place)
+        return cls(target, drafter, head, tokenizer, alpha=alpha, beta=beta, pure_prefix_len=pure_prefix_len)
+
+    @property
+    def block_size(self) -> int:
+        """The block size the drafter was trained for (the default and the maximum)."""
+        return self.drafter.config.block_size
+
+    @property
+    def device(self) -> torch.device:
+        return self.target.device
+
+    def generate(
+        self,
+        input_ids=None,
+        attention_mask=None,
+        generation_config: GenerationConfig | None = None,
+        *,
+        streamer=None,
+        return_dict_in_generate: bool | None = None,
+        seed: int | None = None,
+        generator: torch.Generator | None = None,
+        block_size: int | None = None,
+        alpha=None,
+        beta=None,
+        **kwargs,
+    ):
+        """Drop-in for ``target.generate``: returns ``LongTensor [1, prompt + new]``, or a
+        ``DeLSGenerateOutput`` with ``return_dict_in_generate=True``.
+
+        Generation fields (``max_new_tokens``, ``max_length``, ``do_sample``, ``temperature``, ``top_k``,
+        ``top_p``, ``eos_token_id``, ``pad_token_id``, ...) come from ``kwargs``, then ``generation_config``,
+        then the target's generation config, then transformers' defaults. Greedy output equals the target's
+        greedy output; sampled output is distributed as the target's own sampling.
+        """
+        input_ids = self._validate_input(input_ids, attention_mask)
+        config = self._merge_generation_config(generation_config, kwargs)
+        max_new_tokens = self._max_new_tokens(config, input_ids.shape[1])
+        warping = self._warping(config)
+        block_size = self._block_size(block_size)
+        stop_ids = self._stop_ids(config.eos_token_id)
+        weights = fusion_weights(
+            self.alpha if alpha is None else alpha,
+            self.beta if beta is None else beta,
+            self.pure_prefix_len,
+            max(block_size - 1, 0),
+            device=self.device,
+        )
+        if generator is None and seed is not None:
+            generator = torch.Generator(device=self.device).manual_seed(seed)
+        result = speculative_decode(
+            self.target,
+            self.drafter,
+            input_ids,
+            max_new_tokens=max_new_tokens,
+            block_size=block_size,
+            warping=warping,
+            stop_ids=stop_ids,
+            head=self.head,
+            alpha=weights[0],
+            beta=weights[1],
+            generator=generator,
+            verifiers=self.verifiers,
+            streamer=streamer,
+        )
+        if not (return_dict_in_generate or config.return_dict_in_generate):
+            return result.sequences
+        return DeLSGenerateOutput(
+            sequences=result.sequences,
+            acceptance_lengths=result.acceptance_lengths,
+            num_new_tokens=result.sequences.shape[1] - input_ids.shape[1],
+            time_to_first_token=result.time_to_first_token,
+            decode_seconds=result.decode_seconds,
+        )
+
+    # -- validation at the boundary -------------------------------------------------------------------
+
+    def _validate_input(self, input_ids, attention_mask) -> torch.Tensor:
+        if hasattr(input_ids, "keys") and "input_ids" in input_ids:  # a BatchEncoding from apply_chat_template
+            attention_mask = input_ids.get("attention_mask", attention_mask)
+            input_ids = input_ids["input_ids"]
+        if not isinstance(input_ids, torch.Tensor):
+            raise UnsupportedInputError(f"input_ids must be a LongTensor [1, N], got {type(input_ids).__name__}")
+        if input_ids.dim() == 1:
+            input_ids = input_ids.unsqueeze(0)
+        if input_ids.dim() != 2 or input_ids.shape[0] != 1:
+            raise UnsupportedInputError(
+                f"input_ids has shape {tuple(input_ids.shape)}; only batch size 1 ([1, N]) is supported for now"
+            )
+        if input_ids.shape[1] == 0:
+            raise UnsupportedInputError("input_ids is empty; the prompt needs at least one token")
+        if attention_mask is not None and not bool(torch.as_tensor(attention_mask).all()):
+            raise UnsupportedInputError("attention_mask has padding (zeros); pass the unpadded prompt of batch size 1")
+        return input_ids.to(self.device)
+
+    def _merge_generation_config(self, generation_config, kwargs) -> GenerationConfig:
+        config = copy.deepcopy(generation_config or self.target.generation_config or GenerationConfig())
+        unused = config.update(**kwargs)
+        if unused:
+            raise GenerationArgumentError(f"unknown generation arguments {sorted(unused)}")
+        for name, default in GENERATION_DEFAULTS.items():
+            if getattr(config, name, None) is None:
+                setattr(config, name, default)
+        for name, neutral in UNSUPPORTED.items():
+            value = getattr(config, name, neutral)
+            if value is not None and value != neutral:
+                raise GenerationArgumentError(
+                    f"{name}={value} is not supported by DeLSGenerator (expected {neutral}); "
+                    "it would change the target's distribution, which the verifier must preserve"
+                )
+        return config
+
+    @staticmethod
+    def _max_new_tokens(config: GenerationConfig, prompt_len: int) -> int:
+        max_new = config.max_new_tokens if config.max_new_tokens is not None else config.max_length - prompt_len
+        if max_new < 1:
+            raise GenerationArgumentError(
+                f"max_new_tokens resolves to {max_new} (max_new_tokens={config.max_new_tokens}, "
+                f"max_length={config.max_length}, prompt length {prompt_len}); expected >= 1"
+            )
+        return max_new
+
+    @staticmethod
+    def _warping(config: GenerationConfig) -> Warping:
+        if not config.do_sample:
+            return Warping()
+        if not config.temperature > 0:
+            raise GenerationArgumentError(f"temperature must be > 0 when sampling, got {config.temperature}")
+        if not 0 < config.top_p <= 1:
+            raise GenerationArgumentError(f"top_p must be in (0, 1], got {config.top_p}")
+        if config.top_k < 0:
+            raise GenerationArgumentError(f"top_k must be >= 0, got {config.top_k}")
+        return Warping(temperature=float(config.temperature), top_k=int(config.top_k), top_p=float(config.top_p))
+
+    def _block_size(self, block_size: int | None) -> int:
+        if block_size is None:
+            return self.block_size
+        if not 1 <= block_size <= self.block_size:
+            raise BlockSizeError(
+                f"block_size {block_size} is outside 1..{self.block_size} (the drafter was trained for "
+                f"{self.block_size}; 1 means plain autoregressive decoding through the same loop)"
+            )
+        return block_size
+
+    def _stop_ids(self, eos_token_id) -> torch.Tensor:
+        ids = [] if eos_token_id is None else [eos_token_id] if isinstance(eos_token_id, int) else list(eos_token_id)
+        return torch.tensor(ids, dtype=torch.long, device=self.device)

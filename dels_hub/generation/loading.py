@@ -1,0 +1,52 @@
+"""Resolve the three parts from Hub ids, local paths or loaded models; weights load strictly."""
+
+import os
+
+import torch
+from transformers import AutoModelForCausalLM, AutoTokenizer
+
+from ..dflash import DFlashDraftModel
+from ..errors import CheckpointKeysError
+from ..heads import DeLSLocalHead
+
+
+def load_strict(model_class, source: str, what: str, **kwargs):
+    """``from_pretrained`` that fails on any missing, unexpected or mis-shaped weight, naming the keys."""
+    model, info = model_class.from_pretrained(source, output_loading_info=True, **kwargs)
+    problems = {
+        name: sorted(info.get(name) or [])
+        for name in ("missing_keys", "unexpected_keys", "mismatched_keys")
+        if info.get(name)
+    }
+    if problems:
+        details = "; ".join(f"{name}: {keys}" for name, keys in problems.items())
+        raise CheckpointKeysError(f"{what} checkpoint {source!r} does not match {model_class.__name__}: {details}")
+    return model
+
+
+def load_target(target, dtype=None, **kwargs):
+    if isinstance(target, (str, os.PathLike)):
+        return AutoModelForCausalLM.from_pretrained(str(target), dtype=dtype or "auto", **kwargs)
+    return target
+
+
+def load_dflash(dflash, dtype=None):
+    if isinstance(dflash, (str, os.PathLike)):
+        return load_strict(DFlashDraftModel, str(dflash), "DFlash", dtype=dtype or "auto")
+    return dflash
+
+
+def load_head(head, dtype=None):
+    if head is None or not isinstance(head, (str, os.PathLike)):
+        return head
+    return load_strict(DeLSLocalHead, str(head), "local head", dtype=dtype or torch.float32)
+
+
+def load_tokenizer(target, tokenizer, **target_kwargs):
+    """The tokenizer given, else the one stored with the target (path or Hub id), else None."""
+    if tokenizer is None and isinstance(target, (str, os.PathLike)):
+        extra = {key: target_kwargs[key] for key in ("gguf_file", "revision", "subfolder") if key in target_kwargs}
+        return AutoTokenizer.from_pretrained(str(target), **extra)
+    if isinstance(tokenizer, (str, os.PathLike)):
+        return AutoTokenizer.from_pretrained(str(tokenizer))
+    return tokenizer

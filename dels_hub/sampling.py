@@ -1,0 +1,59 @@
+"""Logit warping and sync-free sampling, shared by the draft (q) and the target (p).
+
+Both distributions are warped identically (temperature, then top-k, then top-p, the order transformers'
+``generate`` applies them), so that rejection sampling preserves the target's own warped distribution.
+Top-k/top-p use thresholds and ``where``; sampling is an exponential race (argmax of p / Exp(1)), which
+draws exactly from p without ``torch.multinomial``'s host sync. Probabilities are float32.
+"""
+
+from dataclasses import dataclass
+
+import torch
+
+
+@dataclass(frozen=True)
+class Warping:
+    """How logits become a distribution. ``temperature is None`` means greedy."""
+
+    temperature: float | None = None
+    top_k: int | None = None
+    top_p: float | None = None
+
+    @property
+    def greedy(self) -> bool:
+        return self.temperature is None
+
+
+def warp_probs(logits: torch.Tensor, warping: Warping) -> torch.Tensor:
+    """``[..., V]`` logits -> ``[..., V]`` float32 probabilities of the warped distribution."""
+    logits = logits.float() / warping.temperature
+    if warping.top_k:
+        kth_largest = torch.topk(logits, min(warping.top_k, logits.shape[-1]), dim=-1).values[..., -1:]
+        logits = logits.masked_fill(logits < kth_largest, float("-inf"))
+    if warping.top_p is not None and warping.top_p < 1.0:
+        # Keep the smallest set of most likely tokens whose mass reaches top_p (transformers' TopP rule:
+        # drop a token when the ascending cumulative mass up to it is <= 1 - top_p; the top token stays).
+        sorted_logits = torch.sort(logits, dim=-1).values
+        cumulative = sorted_logits.softmax(-1).cumsum(-1)
+        dropped = cumulative <= 1.0 - warping.top_p
+        dropped[..., -1] = False
+        threshold = sorted_logits.masked_fill(dropped, float("inf")).min(dim=-1, keepdim=True).values
+        logits = logits.masked_fill(logits < threshold, float("-inf"))
+    return logits.softmax(-1)
+
+
+def sample(probs: torch.Tensor, generator: torch.Generator | None = None) -> torch.Tensor:
+    """One draw per row of ``probs [..., V]`` -> ``[...]`` ids, without a host sync."""
+    race = torch.empty_like(probs).exponential_(generator=generator)
+    return (probs / race).argmax(-1)
+
+
+def choose(logits: torch.Tensor, warping: Warping, generator=None) -> tuple[torch.Tensor, torch.Tensor | None]:
+    """Pick tokens from ``logits [..., V]``: argmax when greedy, else a sample of the warped distribution.
+
+    Returns ``(ids [...], probs [..., V] or None when greedy)``.
+    """
+    if warping.greedy:
+        return logits.argmax(-1), None
+    probs = warp_probs(logits, warping)
+    return sample(probs, generator), probs

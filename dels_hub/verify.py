@@ -1,0 +1,66 @@
+"""Lossless verification of a drafted block. Convention (Leviathan et al.): p = target, q = draft.
+
+Both verifiers are pure and vectorized: they return the committed tokens and the number of accepted
+drafts as device tensors, so the loop can pack them into its one host transfer per block.
+"""
+
+import torch
+
+from .sampling import sample
+
+
+def verify_greedy(draft_ids: torch.Tensor, target_logits: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """Keep the longest prefix of drafts equal to the target's argmax, then the target's own next token.
+
+    Args:
+        draft_ids: ``[k]`` drafted tokens d_1..d_k.
+        target_logits: ``[k + 1, V]`` target logits at the anchor and at each draft.
+
+    Returns:
+        ``(tokens [k + 1], n_accepted [])``: the committed tokens are ``tokens[:n_accepted + 1]``, the last
+        one being the target's bonus token.
+    """
+    target_ids = target_logits.argmax(-1)
+    matches = draft_ids == target_ids[:-1]
+    n_accepted = matches.long().cumprod(0).sum()
+    # Accepted drafts equal the target's argmax, so the argmax row already holds every committed token.
+    return target_ids, n_accepted
+
+
+def verify_rejection(
+    draft_ids: torch.Tensor,
+    q_draft: torch.Tensor,
+    p_target: torch.Tensor,
+    generator: torch.Generator | None = None,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Speculative (rejection) sampling: output is distributed exactly as sampling from p.
+
+    Accept d_i with probability min(1, p_i(d_i) / q_i(d_i)); at the first rejection draw from
+    normalize(max(0, p_i - q_i)); if every draft is accepted draw the bonus from p_{k+1}.
+
+    Args:
+        draft_ids: ``[k]`` drafts, each sampled from its row of ``q_draft``.
+        q_draft: ``[k, V]`` draft distributions (warped, float32).
+        p_target: ``[k + 1, V]`` target distributions (warped the same way, float32).
+
+    Returns:
+        ``(tokens [k + 1], n_accepted [])`` as in ``verify_greedy``.
+    """
+    k = draft_ids.shape[0]
+    index = draft_ids.unsqueeze(-1)
+    p_of_draft = p_target[:k].gather(-1, index).squeeze(-1)
+    q_of_draft = q_draft.gather(-1, index).squeeze(-1)
+    uniform = torch.rand(k, device=draft_ids.device, generator=generator)
+    accepted = uniform * q_of_draft <= p_of_draft  # u <= p/q without dividing by a zero q
+    n_accepted = accepted.long().cumprod(0).sum()
+
+    residual = (p_target[:k] - q_draft).clamp_min(0.0)
+    mass = residual.sum(-1, keepdim=True)
+    # p == q leaves no residual mass; rejection then has probability zero, and p is the right fallback.
+    residual = torch.where(mass > 0, residual / mass.clamp_min(1e-30), p_target[:k])
+    replacement = sample(torch.cat([residual, p_target[k:]]), generator)  # [k + 1]
+
+    positions = torch.arange(k + 1, device=draft_ids.device)
+    padded_drafts = torch.cat([draft_ids, draft_ids.new_zeros(1)])
+    tokens = torch.where(positions < n_accepted, padded_drafts, replacement)
+    return tokens, n_accepted
