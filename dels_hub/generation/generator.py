@@ -182,7 +182,10 @@ class DeLSGenerator:
 
     def _merge_generation_config(self, generation_config, kwargs) -> GenerationConfig:
         config = copy.deepcopy(generation_config or self.target.generation_config or GenerationConfig())
-        unused = config.update(**kwargs)
+        try:
+            unused = config.update(**kwargs)
+        except ValueError as error:  # transformers' own validation, e.g. max_new_tokens=0
+            raise GenerationArgumentError(str(error)) from error
         if unused:
             raise GenerationArgumentError(f"unknown generation arguments {sorted(unused)}")
         for name, default in GENERATION_DEFAULTS.items():

@@ -1,0 +1,289 @@
+"""DeLSGenerator end to end on tiny random targets: exactness, sampling, API and compatibility errors."""
+
+import itertools
+
+import pytest
+import torch
+from scipy.stats import chisquare
+from transformers import TextIteratorStreamer
+
+from conftest import VOCAB, make_dflash, make_head, make_target, make_tokenizer
+from dels_hub import DeLSGenerator, Warping, sample, warp_probs
+from dels_hub.errors import (
+    BlockSizeError,
+    GenerationArgumentError,
+    HiddenSizeMismatchError,
+    IncompatibleTokenizerError,
+    MaskTokenOutOfRangeError,
+    MissingTokenizerError,
+    TargetLayerOutOfRangeError,
+    UnsupportedInputError,
+    VocabSizeMismatchError,
+)
+
+SMALL_VOCAB = 12  # small enough that random drafts are often accepted, so long acceptances get exercised
+
+
+def prompts(vocab, count=4, length=6):
+    generator = torch.Generator().manual_seed(123)
+    return [torch.randint(0, vocab - 2, (1, length), generator=generator) for _ in range(count)]
+
+
+@pytest.fixture(scope="module")
+def small():
+    tokenizer = make_tokenizer(SMALL_VOCAB - 2)
+    return {
+        "tokenizer": tokenizer,
+        "qwen3": make_target("qwen3", vocab=SMALL_VOCAB),
+        "llama": make_target("llama", vocab=SMALL_VOCAB),
+        "head": make_head(tokenizer, vocab=SMALL_VOCAB - 2, alpha=0.8, beta=0.3),
+    }
+
+
+@pytest.mark.parametrize("kind", ["qwen3", "llama"])
+@pytest.mark.parametrize("block_size", [2, 4, 8, 16])
+@pytest.mark.parametrize("with_head", [False, True])
+def test_greedy_equals_target_greedy(small, kind, block_size, with_head):
+    target = small[kind]
+    # Drafter seed 5 happens to agree with these random targets for whole blocks at times, so the test
+    # covers full, partial and zero acceptance (checked below), not only the rejection path.
+    drafter = make_dflash(block_size=block_size, mask_token_id=SMALL_VOCAB - 1, vocab=SMALL_VOCAB, seed=5)
+    generator = DeLSGenerator(target, drafter, small["head"] if with_head else None, small["tokenizer"])
+    lengths = []
+    for input_ids in prompts(SMALL_VOCAB, count=6):
+        expected = target.generate(input_ids, max_new_tokens=40, do_sample=False)
+        out = generator.generate(input_ids, max_new_tokens=40, return_dict_in_generate=True)
+        assert torch.equal(out.sequences, expected)
+        assert sum(out.acceptance_lengths) == out.num_new_tokens - 1  # the first token comes from the prefill
+        lengths += out.acceptance_lengths
+    assert max(lengths) <= block_size
+    if block_size > 2:
+        assert max(lengths) > 2, "no multi-token acceptance: the test would not exercise the commit path"
+
+
+@pytest.mark.parametrize("max_new_tokens", [1, 2, 3, 7, 8, 9, 33])
+def test_never_exceeds_max_new_tokens(small, max_new_tokens):
+    target = small["qwen3"]
+    generator = DeLSGenerator(target, make_dflash(8, SMALL_VOCAB - 1, vocab=SMALL_VOCAB), small["head"], small["tokenizer"])
+    for input_ids in prompts(SMALL_VOCAB, count=3):
+        expected = target.generate(input_ids, max_new_tokens=max_new_tokens, do_sample=False)
+        out = generator.generate(input_ids, max_new_tokens=max_new_tokens)
+        assert out.shape[1] == input_ids.shape[1] + max_new_tokens
+        assert torch.equal(out, expected)
+    assert generator.generate(input_ids, max_length=input_ids.shape[1] + 5).shape[1] == input_ids.shape[1] + 5
+
+
+def test_stops_at_eos_like_the_target(small):
+    target = small["qwen3"]
+    generator = DeLSGenerator(target, make_dflash(8, SMALL_VOCAB - 1, vocab=SMALL_VOCAB), small["head"], small["tokenizer"])
+    checked = 0
+    for input_ids in prompts(SMALL_VOCAB, count=6):
+        free = target.generate(input_ids, max_new_tokens=30, do_sample=False)[0, input_ids.shape[1]:]
+        eos = int(free[len(free) // 2])  # a token the target emits mid-way
+        for eos_arg in (eos, [SMALL_VOCAB - 3, eos]):
+            expected = target.generate(input_ids, max_new_tokens=30, do_sample=False, eos_token_id=eos_arg)
+            out = generator.generate(input_ids, max_new_tokens=30, eos_token_id=eos_arg)
+            assert torch.equal(out, expected)
+            assert int(out[0, -1]) in ([eos_arg] if isinstance(eos_arg, int) else eos_arg)
+            checked += 1
+    assert checked == 12
+
+
+def test_target_emitting_the_mask_token_is_kept(small):
+    target = small["qwen3"]
+    input_ids = prompts(SMALL_VOCAB, count=1)[0]
+    expected = target.generate(input_ids, max_new_tokens=30, do_sample=False)
+    mask_id = int(expected[0, input_ids.shape[1] + 3])  # the target really generates this id
+    generator = DeLSGenerator(target, make_dflash(8, mask_id, vocab=SMALL_VOCAB), small["head"], small["tokenizer"])
+    out = generator.generate(input_ids, max_new_tokens=30)
+    assert torch.equal(out, expected) and (out[0, input_ids.shape[1]:] == mask_id).any()
+
+
+def test_block_size_one_is_plain_decoding_and_larger_than_trained_is_refused(small):
+    target = small["llama"]
+    generator = DeLSGenerator(target, make_dflash(8, SMALL_VOCAB - 1, vocab=SMALL_VOCAB), small["head"], small["tokenizer"])
+    input_ids = prompts(SMALL_VOCAB, count=1)[0]
+    out = generator.generate(input_ids, max_new_tokens=12, block_size=1, return_dict_in_generate=True)
+    assert torch.equal(out.sequences, target.generate(input_ids, max_new_tokens=12, do_sample=False))
+    assert out.acceptance_lengths == [1] * 11
+    with pytest.raises(BlockSizeError, match="block_size 9 is outside 1..8"):
+        generator.generate(input_ids, block_size=9)
+
+
+# ---- sampling: the output distribution is the target's own ------------------------------------------
+
+
+def exact_distribution(target, input_ids, warping, new_tokens):
+    """p(x_1..x_n | prompt) of the target's warped sampling, by enumerating every continuation."""
+    probs = {(): 1.0}
+    for _ in range(new_tokens):
+        grown = {}
+        for prefix, mass in probs.items():
+            ids = torch.cat([input_ids, torch.tensor([prefix], dtype=torch.long).view(1, -1)], 1)
+            with torch.no_grad():
+                row = warp_probs(target(ids).logits[0, -1], warping)
+            for token in torch.nonzero(row).flatten().tolist():
+                grown[prefix + (token,)] = mass * row[token].item()
+        probs = grown
+    return probs
+
+
+def accept_everything(draft_ids, q_draft, p_target, generator=None):
+    """A biased verifier (negative control): never rejects, so the output follows q, not p."""
+    bonus = sample(p_target[-1:], generator)
+    return torch.cat([draft_ids, bonus]), torch.tensor(draft_ids.shape[0])
+
+
+def sampled_counts(generator, input_ids, samples, new_tokens, **kwargs):
+    rng = torch.Generator().manual_seed(7)
+    counts = {}
+    for _ in range(samples):
+        out = generator.generate(input_ids, max_new_tokens=new_tokens, do_sample=True, generator=rng, **kwargs)
+        key = tuple(out[0, input_ids.shape[1]:].tolist())
+        counts[key] = counts.get(key, 0) + 1
+    return counts
+
+
+def chi_square_pvalue(counts, expected_probs, samples):
+    """Goodness of fit over the support, pooling cells expected below 5 into one."""
+    if not set(counts) <= set(expected_probs):
+        return 0.0  # sampled a continuation the target cannot produce
+    keys = sorted(expected_probs, key=lambda k: -expected_probs[k])
+    observed, expected, pooled_obs, pooled_exp = [], [], 0, 0.0
+    for key in keys:
+        e = expected_probs[key] * samples
+        if e >= 5:
+            observed.append(counts.get(key, 0))
+            expected.append(e)
+        else:
+            pooled_obs += counts.get(key, 0)
+            pooled_exp += e
+    if pooled_exp > 0:
+        observed.append(pooled_obs)
+        expected.append(pooled_exp)
+    scale = sum(observed) / sum(expected)  # float rounding of the enumerated masses
+    return chisquare(observed, [e * scale for e in expected]).pvalue
+
+
+SAMPLING_CASES = [
+    dict(temperature=0.7, top_k=4, top_p=1.0, head=True),
+    dict(temperature=1.0, top_k=0, top_p=0.7, head=True),
+    dict(temperature=1.0, top_k=3, top_p=0.9, head=False),
+]
+
+
+@pytest.mark.parametrize("case", SAMPLING_CASES, ids=lambda c: f"T{c['temperature']}-k{c['top_k']}-p{c['top_p']}-head{c['head']}")
+def test_sampling_matches_the_target_distribution(small, case):
+    target = small["qwen3"]
+    drafter = make_dflash(4, SMALL_VOCAB - 1, vocab=SMALL_VOCAB)
+    generator = DeLSGenerator(target, drafter, small["head"] if case["head"] else None, small["tokenizer"])
+    input_ids, new_tokens, samples = prompts(SMALL_VOCAB, count=1)[0], 3, 2500
+    warping = Warping(case["temperature"], case["top_k"], case["top_p"])
+    expected = exact_distribution(target, input_ids, warping, new_tokens)
+    settings = dict(temperature=case["temperature"], top_k=case["top_k"], top_p=case["top_p"])
+    counts = sampled_counts(generator, input_ids, samples, new_tokens, **settings)
+    assert chi_square_pvalue(counts, expected, samples) > 1e-3
+
+
+def test_negative_control_biased_verifier_is_detected(small):
+    target = small["qwen3"]
+    generator = DeLSGenerator(target, make_dflash(4, SMALL_VOCAB - 1, vocab=SMALL_VOCAB), small["head"], small["tokenizer"])
+    generator.verifiers.rejection = accept_everything
+    input_ids, samples = prompts(SMALL_VOCAB, count=1)[0], 2500
+    warping = Warping(0.7, 4, 1.0)
+    expected = exact_distribution(target, input_ids, warping, 3)
+    counts = sampled_counts(generator, input_ids, samples, 3, temperature=0.7, top_k=4, top_p=1.0)
+    assert chi_square_pvalue(counts, expected, samples) < 1e-6
+
+
+def test_seeded_sampling_is_reproducible(small):
+    generator = DeLSGenerator(small["qwen3"], make_dflash(8, SMALL_VOCAB - 1, vocab=SMALL_VOCAB), small["head"],
+                              small["tokenizer"])
+    input_ids = prompts(SMALL_VOCAB, count=1)[0]
+    runs = [generator.generate(input_ids, max_new_tokens=20, do_sample=True, temperature=0.9, seed=5) for _ in range(2)]
+    assert torch.equal(*runs)
+
+
+# ---- API ------------------------------------------------------------------------------------------
+
+
+def test_from_pretrained_local_paths_and_return_dict(tmp_path, small):
+    target, tokenizer = small["qwen3"], small["tokenizer"]
+    target.save_pretrained(tmp_path / "target")
+    tokenizer.save_pretrained(tmp_path / "target")
+    make_dflash(8, SMALL_VOCAB - 1, vocab=SMALL_VOCAB).save_pretrained(tmp_path / "dflash")
+    small["head"].save_pretrained(tmp_path / "head")
+    generator = DeLSGenerator.from_pretrained(tmp_path / "target", tmp_path / "dflash", tmp_path / "head",
+                                              dtype=torch.float32, alpha=0.5)
+    input_ids = prompts(SMALL_VOCAB, count=1)[0]
+    out = generator.generate(input_ids, max_new_tokens=16, return_dict_in_generate=True)
+    assert torch.equal(out.sequences, target.generate(input_ids, max_new_tokens=16, do_sample=False))
+    assert out.num_new_tokens == 16 and out.tau >= 1.0 and out.tokens_per_second > 0
+    assert out.time_to_first_token > 0 and out.decode_seconds > 0
+
+
+def test_streamer_receives_the_new_text(small):
+    tokenizer = small["tokenizer"]
+    generator = DeLSGenerator(small["qwen3"], make_dflash(8, SMALL_VOCAB - 1, vocab=SMALL_VOCAB), small["head"], tokenizer)
+    input_ids = prompts(SMALL_VOCAB, count=1)[0]
+    streamer = TextIteratorStreamer(tokenizer, skip_prompt=True)
+    out = generator.generate(input_ids, max_new_tokens=12, streamer=streamer)
+    streamed = "".join(streamer)
+    assert streamed.split() == tokenizer.decode(out[0, input_ids.shape[1]:]).split()
+
+
+@pytest.mark.parametrize(
+    "kwargs, error, message",
+    [
+        (dict(do_sample=True, temperature=0.0), GenerationArgumentError, "temperature must be > 0"),
+        (dict(do_sample=True, top_p=1.5), GenerationArgumentError, "top_p must be in"),
+        (dict(num_beams=4), GenerationArgumentError, "num_beams=4 is not supported"),
+        (dict(repetition_penalty=1.2), GenerationArgumentError, "repetition_penalty"),
+        (dict(frobnicate=1), GenerationArgumentError, "unknown generation arguments"),
+        (dict(max_new_tokens=0), GenerationArgumentError, "max_new_tokens"),
+    ],
+)
+def test_bad_generation_arguments_fail_before_work(small, kwargs, error, message):
+    generator = DeLSGenerator(small["qwen3"], make_dflash(8, SMALL_VOCAB - 1, vocab=SMALL_VOCAB), None)
+    with pytest.raises(error, match=message):
+        generator.generate(prompts(SMALL_VOCAB, count=1)[0], **kwargs)
+
+
+def test_bad_inputs(small):
+    generator = DeLSGenerator(small["qwen3"], make_dflash(8, SMALL_VOCAB - 1, vocab=SMALL_VOCAB), None)
+    with pytest.raises(UnsupportedInputError, match="batch size 1"):
+        generator.generate(torch.zeros(2, 4, dtype=torch.long), max_new_tokens=2)
+    with pytest.raises(UnsupportedInputError, match="padding"):
+        generator.generate(torch.zeros(1, 4, dtype=torch.long), attention_mask=torch.tensor([[0, 1, 1, 1]]))
+    with pytest.raises(UnsupportedInputError, match="empty"):
+        generator.generate(torch.zeros(1, 0, dtype=torch.long))
+
+
+# ---- compatibility, checked once at construction ------------------------------------------------------
+
+
+def test_compatibility_errors_name_both_values():
+    tokenizer = make_tokenizer()
+    target = make_target("qwen3")  # 6 layers, hidden 64, 96 embedding rows
+    cases = [
+        (make_dflash(mask_token_id=VOCAB), None, tokenizer, MaskTokenOutOfRangeError, f"mask_token_id {VOCAB}.*{VOCAB} rows"),
+        (make_dflash(target_layer_ids=[1, 6]), None, tokenizer, TargetLayerOutOfRangeError, r"\[6\].*6 layers"),
+        (make_dflash(block_size=1), None, tokenizer, BlockSizeError, "block_size is 1"),
+        (make_dflash(vocab=VOCAB + 1), None, tokenizer, VocabSizeMismatchError, f"{VOCAB + 1} > target embedding rows {VOCAB}"),
+        (make_dflash(), make_head(vocab=VOCAB + 8), tokenizer, VocabSizeMismatchError, f"{VOCAB + 8} > target embedding rows"),
+        (make_dflash(), make_head(make_tokenizer(prefix="w")), tokenizer, IncompatibleTokenizerError, "vocab 92, sha256"),
+        (make_dflash(), make_head(tokenizer), None, MissingTokenizerError, "tokenizer="),
+    ]
+    for drafter, head, tok, error, message in cases:
+        with pytest.raises(error, match=message):
+            DeLSGenerator(target, drafter, head, tok)
+    wide = make_dflash()
+    wide.config.hidden_size = 128
+    with pytest.raises(HiddenSizeMismatchError, match="128 != target hidden_size 64"):
+        DeLSGenerator(target, wide, None, tokenizer)
+
+
+def test_fusion_schedule_is_validated_at_construction(small):
+    drafter = make_dflash(8, SMALL_VOCAB - 1, vocab=SMALL_VOCAB)
+    with pytest.raises(ValueError, match="alpha schedule has 3 values but 6 fused positions"):
+        DeLSGenerator(small["qwen3"], drafter, small["head"], small["tokenizer"], alpha=[0.1, 0.2, 0.3])
