@@ -1,0 +1,91 @@
+"""``dels-hub``: generate | demo | bench | train-head | train-dflash | regenerate."""
+
+import argparse
+import importlib
+import json
+import sys
+
+
+def _add_generate(subparsers):
+    parser = subparsers.add_parser("generate", help="generate a reply with DeLS (or DFlash only without --head)")
+    parser.add_argument("--target", required=True, help="target model: Hub id or local path")
+    parser.add_argument("--target-kwargs", default="{}", help='JSON of extra target loading kwargs, e.g. {"gguf_file": "m.gguf"}')
+    parser.add_argument("--dflash", required=True, help="DFlash drafter: Hub id or local path (z-lab format)")
+    parser.add_argument("--head", default=None, help="local head: Hub id or local path (omit for DFlash only)")
+    parser.add_argument("--prompt", required=True, help="user message, rendered with the target's chat template")
+    parser.add_argument("--max-new-tokens", type=int, default=256)
+    parser.add_argument("--temperature", type=float, default=0.0, help="0 means greedy")
+    parser.add_argument("--top-p", type=float, default=1.0)
+    parser.add_argument("--seed", type=int, default=None)
+    parser.set_defaults(func=_generate)
+
+
+def _generate(args):
+    from transformers import TextStreamer
+
+    from .generation import DeLSGenerator
+
+    generator = DeLSGenerator.from_pretrained(args.target, args.dflash, args.head, **json.loads(args.target_kwargs))
+    input_ids = generator.tokenizer.apply_chat_template(
+        [{"role": "user", "content": args.prompt}], add_generation_prompt=True, return_tensors="pt", return_dict=True
+    )["input_ids"]
+    sampling = dict(do_sample=True, temperature=args.temperature, top_p=args.top_p) if args.temperature > 0 else {}
+    out = generator.generate(
+        input_ids, max_new_tokens=args.max_new_tokens, seed=args.seed, return_dict_in_generate=True,
+        streamer=TextStreamer(generator.tokenizer, skip_prompt=True, skip_special_tokens=True), **sampling,
+    )
+    print(f"\ntau {out.tau:.2f} | {out.tokens_per_second:.1f} tokens/s | {out.num_new_tokens} new tokens", file=sys.stderr)
+
+
+def _add_demo(subparsers):
+    from .demo import DEFAULT_PROMPT
+
+    parser = subparsers.add_parser("demo", help="DeLS on the embedded SmolLM2-135M-Instruct default, with speedups")
+    parser.add_argument("--prompt", default=DEFAULT_PROMPT)
+    parser.add_argument("--max-new-tokens", type=int, default=128)
+    parser.add_argument("--dflash", default=None, help="override the staged drafter (path or Hub id)")
+    parser.add_argument("--head", default=None, help="override the staged head (path or Hub id)")
+    parser.set_defaults(func=lambda args: _demo(args))
+
+
+def _demo(args):
+    from .demo import run_demo
+
+    run_demo(args.prompt, args.max_new_tokens, args.dflash, args.head)
+
+
+# Subcommands that live in optional packages: (name, module, add-arguments function, main function, help).
+_EXTENSIONS = [
+    ("bench", "dels_hub.bench", "add_bench_arguments", "bench_main", "measure tau and speedup of every row"),
+    ("train-head", "dels_hub.training", "add_train_head_arguments", "train_head_main", "train a local head"),
+    ("train-dflash", "dels_hub.training", "add_train_dflash_arguments", "train_dflash_main", "train a DFlash drafter"),
+    ("regenerate", "dels_hub.training", "add_regenerate_arguments", "regenerate_main",
+     "rewrite assistant turns with the target's own responses"),
+]
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="dels-hub", description=__doc__)
+    subparsers = parser.add_subparsers(dest="command", required=True)
+    _add_generate(subparsers)
+    _add_demo(subparsers)
+    for name, module_name, add_name, main_name, help_text in _EXTENSIONS:
+        try:
+            module = importlib.import_module(module_name)
+        except ImportError:
+            continue
+        if hasattr(module, add_name) and hasattr(module, main_name):
+            sub = subparsers.add_parser(name, help=help_text)
+            getattr(module, add_name)(sub)
+            sub.set_defaults(func=getattr(module, main_name))
+    return parser
+
+
+def main(argv=None) -> int:
+    args = build_parser().parse_args(argv)
+    result = args.func(args)
+    return result if isinstance(result, int) else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

