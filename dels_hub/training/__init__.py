@@ -1,6 +1,0 @@
-"""Training recipes: one loop (``loop.py``) for local heads (``head.py``) and DFlash drafters (``dflash.py``)."""
-
-from .dflash import add_train_dflash_arguments, train_dflash_main
-from .head import add_train_head_arguments, train_head_main
-
-__all__ = ["add_train_dflash_arguments", "add_train_head_arguments", "train_dflash_main", "train_head_main"]
