@@ -30,6 +30,10 @@ class DFlashConfig(Qwen3Config):
     ``target_layer_ids`` and ``block_size`` so that every reader finds them.
     """
 
+    # A DFlash config has no meaningful defaults (block size and mask id are required), so transformers must
+    # not instantiate it without arguments to compute a diff.
+    has_no_defaults_at_init = True
+
     def __post_init__(self, **kwargs):
         super().__post_init__(**kwargs)
         dflash = dict(getattr(self, "dflash_config", None) or {})
