@@ -9,7 +9,9 @@ import sys
 def _add_generate(subparsers):
     parser = subparsers.add_parser("generate", help="generate a reply with DeLS (or DFlash only without --head)")
     parser.add_argument("--target", required=True, help="target model: Hub id or local path")
-    parser.add_argument("--target-kwargs", default="{}", help='JSON of extra target loading kwargs, e.g. {"gguf_file": "m.gguf"}')
+    parser.add_argument(
+        "--target-kwargs", default="{}", help='JSON of extra target loading kwargs, e.g. {"gguf_file": "m.gguf"}'
+    )
     parser.add_argument("--dflash", required=True, help="DFlash drafter: Hub id or local path (z-lab format)")
     parser.add_argument("--head", default=None, help="local head: Hub id or local path (omit for DFlash only)")
     parser.add_argument("--prompt", required=True, help="user message, rendered with the target's chat template")
@@ -34,7 +36,8 @@ def _generate(args):
         input_ids, max_new_tokens=args.max_new_tokens, seed=args.seed, return_dict_in_generate=True,
         streamer=TextStreamer(generator.tokenizer, skip_prompt=True, skip_special_tokens=True), **sampling,
     )
-    print(f"\ntau {out.tau:.2f} | {out.tokens_per_second:.1f} tokens/s | {out.num_new_tokens} new tokens", file=sys.stderr)
+    summary = f"tau {out.tau:.2f} | {out.tokens_per_second:.1f} tokens/s | {out.num_new_tokens} new tokens"
+    print(f"\n{summary}", file=sys.stderr)
 
 
 def _add_demo(subparsers):
@@ -82,8 +85,14 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv=None) -> int:
+    from .errors import DeLSError
+
     args = build_parser().parse_args(argv)
-    result = args.func(args)
+    try:
+        result = args.func(args)
+    except (DeLSError, FileNotFoundError) as error:  # user errors: the message, not a traceback
+        print(f"dels-hub {args.command}: error: {error}", file=sys.stderr)
+        return 2
     return result if isinstance(result, int) else 0
 
 

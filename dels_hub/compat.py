@@ -1,12 +1,12 @@
 """Shims over transformers versions (5.17 on the GPU machine, the newest 5.x here)."""
 
 import inspect
-from functools import lru_cache
+from functools import cache
 
 import torch
 
 
-@lru_cache(maxsize=None)
+@cache
 def cache_kwarg_name(model_class: type) -> str:
     """Name of the KV-cache argument of ``model_class.forward``: ``cache`` (newer 5.x) or ``past_key_values``."""
     parameters = inspect.signature(model_class.forward).parameters

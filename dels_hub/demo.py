@@ -56,7 +56,8 @@ def run_demo(prompt: str = DEFAULT_PROMPT, max_new_tokens: int = 128, dflash=Non
 
     reply = tokenizer.decode(fused.sequences[0, input_ids.shape[1]:], skip_special_tokens=True)
     identical = torch.equal(fused.sequences, alone.sequences) and torch.equal(baseline.sequences, alone.sequences)
-    tpot = {name: _time_per_output_token(out) for name, out in (("alone", alone), ("dflash", baseline), ("dels", fused))}
+    runs = {"alone": alone, "dflash": baseline, "dels": fused}
+    tpot = {name: _time_per_output_token(out) for name, out in runs.items()}
     results = {
         "reply": reply,
         "identical_to_target": identical,

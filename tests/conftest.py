@@ -7,6 +7,9 @@ from transformers import LlamaConfig, LlamaForCausalLM, PreTrainedTokenizerFast,
 
 from dels_hub import DeLSLocalHead, DeLSLocalHeadConfig, DFlashConfig, DFlashDraftModel, tokenizer_fingerprint
 
+# Tiny models run fastest on one thread, and the suite then stays quick on a busy 2-core machine.
+torch.set_num_threads(1)
+
 VOCAB = 96  # embedding rows of the tiny targets
 HIDDEN = 64
 

@@ -9,10 +9,11 @@ import torch
 from safetensors.torch import load_file, save_file
 from transformers import DynamicCache
 
-from conftest import HIDDEN, make_dflash
 from dels_hub import DFlashConfig, DFlashDraftModel, build_target_layer_ids
 from dels_hub.errors import CheckpointKeysError
 from dels_hub.generation.loading import load_dflash
+
+from conftest import HIDDEN, make_dflash
 
 ZLAB_BASE = {
     "architectures": ["DFlashDraftModel"],
@@ -163,7 +164,7 @@ def oracle_forward(model, target_hidden, noise, positions):
 def perturbed_drafter():
     model = make_dflash(block_size=8, target_layer_ids=[1, 3])
     with torch.no_grad():  # norms start at one; perturb them so they are exercised
-        for name, param in model.named_parameters():
+        for param in model.parameters():
             if param.dim() == 1:
                 param.normal_(1.0, 0.1)
     return model

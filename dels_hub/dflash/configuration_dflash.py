@@ -53,7 +53,9 @@ class DFlashConfig(Qwen3Config):
         self.num_target_layers = num_target_layers
         self.target_layer_ids = [int(i) for i in layer_ids]
         self.mask_token_id = int(dflash["mask_token_id"])
-        dflash.update(block_size=self.block_size, mask_token_id=self.mask_token_id, target_layer_ids=self.target_layer_ids)
+        dflash.update(
+            block_size=self.block_size, mask_token_id=self.mask_token_id, target_layer_ids=self.target_layer_ids
+        )
         self.dflash_config = dflash
         if not getattr(self, "architectures", None):
             self.architectures = ["DFlashDraftModel"]

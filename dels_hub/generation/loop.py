@@ -47,13 +47,14 @@ def speculative_decode(
     alpha: torch.Tensor | None = None,
     beta: torch.Tensor | None = None,
     generator: torch.Generator | None = None,
-    verifiers: Verifiers = Verifiers(),
+    verifiers: Verifiers | None = None,
     streamer=None,
 ) -> DecodeResult:
     """Generate up to ``max_new_tokens`` after ``input_ids [1, N]``; ``block_size=1`` is plain decoding.
 
     ``alpha``/``beta`` are ``[block_size - 1]`` per-position fusion weights (zero in the pure prefix).
     """
+    verifiers = verifiers or Verifiers()
     device = input_ids.device
     prompt_len = input_ids.shape[1]
     max_len = prompt_len + max_new_tokens
@@ -109,7 +110,9 @@ def speculative_decode(
         if warping.greedy:
             tokens, n_accepted = verifiers.greedy(drafts, logits)
         else:
-            tokens, n_accepted = verifiers.rejection(drafts, q, warp_probs(logits, warping), generator)
+            p = warp_probs(logits, warping)
+            # Block size 1 drafts nothing: an empty q makes the verifier draw the bonus straight from p.
+            tokens, n_accepted = verifiers.rejection(drafts, p[:0] if q is None else q, p, generator)
 
         # 4. Commit: the one host transfer per block carries the accepted count and the first stop position.
         is_stop = torch.isin(tokens, stop_ids) & (block_index <= n_accepted)

@@ -74,7 +74,8 @@ class DeLSLocalHead(PreTrainedModel):
     def initial_state(self, batch_size: int, device=None, dtype=None) -> torch.Tensor:
         """Zero GRU state ``[batch_size, hidden_size]``: the head forgets everything at each block."""
         weight = self.output_proj.weight
-        return torch.zeros(batch_size, self.config.hidden_size, device=device or weight.device, dtype=dtype or weight.dtype)
+        device, dtype = device or weight.device, dtype or weight.dtype
+        return torch.zeros(batch_size, self.config.hidden_size, device=device, dtype=dtype)
 
     def log_prior(self) -> torch.Tensor:
         """``[V]`` float32 log p_hat with add-k smoothing: log((c + k) / (sum(c) + k V))."""
