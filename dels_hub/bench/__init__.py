@@ -1,0 +1,27 @@
+"""``dels-hub bench``: tau and speedup of target alone, DFlash only, DeLS and the transformers peers.
+
+From Python, ``run_bench(target, dflash, heads, dataset=..., ...)`` returns the results dict; the CLI
+subcommand is ``add_bench_arguments(parser)`` + ``bench_main(args)``.
+"""
+
+from .cli import add_bench_arguments, bench_main
+from .errors import BenchArgumentError, DatasetFileError, DatasetUnavailableError, UnknownDatasetError
+from .prompts import Prompt, load_prompts, sharegpt_split
+from .report import markdown_table
+from .runner import BenchSettings, GreedyMismatchWarning, run_bench
+
+__all__ = [
+    "BenchArgumentError",
+    "BenchSettings",
+    "DatasetFileError",
+    "DatasetUnavailableError",
+    "GreedyMismatchWarning",
+    "Prompt",
+    "UnknownDatasetError",
+    "add_bench_arguments",
+    "bench_main",
+    "load_prompts",
+    "markdown_table",
+    "run_bench",
+    "sharegpt_split",
+]

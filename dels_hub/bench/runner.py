@@ -1,0 +1,460 @@
+"""``run_bench``: validate, load, warm up, then measure every row on every prompt, interleaved.
+
+Rows run one after another on the same prompt before the next prompt starts (their order rotates from
+prompt to prompt), so machine drift and thermal state hit all rows alike. Greedy rows are compared token
+for token with ``target.generate``; a difference is a bug and is reported loudly, never hidden.
+"""
+
+import json
+import logging
+import math
+import os
+import time
+import warnings
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+import torch
+from tqdm.auto import tqdm
+
+from ..errors import BlockSizeError
+from ..generation import DeLSGenerator
+from ..generation.loading import load_head
+from . import stats
+from .environment import PeakMemory, load_average, machine, versions
+from .errors import BenchArgumentError
+from .peers import (
+    prompt_lookup_row,
+    supports_prompt_lookup,
+    supports_transformers_dflash,
+    target_generate_row,
+    transformers_dflash_row,
+)
+from .prompts import Prompt, check_dataset_name, load_prompts
+from .rows import LoopRow, Row, Sample, Sampling, plain_decoding_row
+
+logger = logging.getLogger(__name__)
+
+BASELINE = "target (loop, b=1)"  # speedups are over plain decoding through the same loop (DFlash's baseline)
+REFERENCE = "target.generate"  # greedy tokens must equal transformers' own greedy decoding
+WARMUP_TOKENS = 16
+
+
+class GreedyMismatchWarning(UserWarning):
+    """A greedy row produced tokens different from the target alone: a losslessness bug."""
+
+
+@dataclass
+class BenchSettings:
+    """Everything a run depends on; validated before any model is loaded or any token generated."""
+
+    target: object
+    dflash: object
+    heads: list = field(default_factory=list)
+    dataset: str = "humaneval"
+    num_prompts: int | None = None
+    max_new_tokens: int = 256
+    temperature: float = 0.0
+    top_p: float = 1.0
+    block_size: int | None = None
+    alpha: float | None = None
+    beta: float | None = None
+    seed: int = 0
+    out: str | None = None
+    score: bool = False
+    target_kwargs: dict = field(default_factory=dict)
+    tokenizer: object = None
+    device: str | None = None
+    peers: bool = True
+    warmup: bool = True
+    progress: bool = True
+
+    def validate(self) -> None:
+        check_dataset_name(self.dataset)
+        checks = [
+            (self.num_prompts is None or self.num_prompts >= 1, f"num_prompts must be >= 1, got {self.num_prompts}"),
+            (self.max_new_tokens >= 1, f"max_new_tokens must be >= 1, got {self.max_new_tokens}"),
+            (math.isfinite(self.temperature) and self.temperature >= 0,
+             f"temperature must be >= 0 (0 is greedy), got {self.temperature}"),
+            (0 < self.top_p <= 1, f"top_p must be in (0, 1], got {self.top_p}"),
+            (self.block_size is None or self.block_size >= 2,
+             f"block_size must be >= 2 (the target-alone rows already use 1), got {self.block_size}"),
+            (isinstance(self.target_kwargs, dict), f"target_kwargs must be a dict, got {self.target_kwargs!r}"),
+        ]  # fmt: skip
+        for ok, message in checks:
+            if not ok:
+                raise BenchArgumentError(message)
+        if self.score:
+            if self.dataset != "humaneval":
+                raise BenchArgumentError(f"--score measures HumanEval pass@1; dataset is {self.dataset!r}")
+            if os.environ.get("HF_ALLOW_CODE_EVAL") != "1":
+                raise BenchArgumentError(
+                    "--score executes model-written code; set HF_ALLOW_CODE_EVAL=1 to allow it (as evaluate's "
+                    "code_eval requires). It runs in a subprocess with a timeout, not in a sandbox."
+                )
+        if self.heads and any(h is None for h in self.heads):
+            raise BenchArgumentError("heads must be paths, Hub ids or loaded DeLSLocalHead models, not None")
+
+    @property
+    def sampling(self) -> Sampling:
+        return Sampling(max_new_tokens=self.max_new_tokens, temperature=self.temperature, top_p=self.top_p)
+
+    def to_json(self) -> dict:
+        def describe(value):
+            return value if value is None or isinstance(value, str) else _describe_model(value)
+
+        settings = {k: v for k, v in asdict(self).items() if k not in ("target", "dflash", "heads", "tokenizer")}
+        settings.update(
+            target=describe(self.target),
+            dflash=describe(self.dflash),
+            heads=[describe(h) for h in self.heads],
+            tokenizer=describe(self.tokenizer),
+        )
+        return settings
+
+
+def _describe_model(model) -> str:
+    name = getattr(getattr(model, "config", None), "name_or_path", "") or getattr(model, "name_or_path", "")
+    return f"<in-memory {type(model).__name__}{' ' + name if name else ''}>"
+
+
+# -- prompts -> token ids --------------------------------------------------------------------------------
+
+
+def encode_chat(tokenizer, messages: list[dict], device) -> torch.Tensor:
+    """``[1, N]`` prompt ids through the tokenizer's chat template (raw text when it has none)."""
+    if getattr(tokenizer, "chat_template", None):
+        encoded = tokenizer.apply_chat_template(
+            messages, add_generation_prompt=True, return_dict=True, return_tensors="pt", enable_thinking=False
+        )
+        ids = encoded["input_ids"]
+    else:
+        ids = tokenizer("\n\n".join(m["content"] for m in messages), return_tensors="pt")["input_ids"]
+    return ids.to(device)
+
+
+# -- rows ------------------------------------------------------------------------------------------------
+
+
+def _head_label(head, index: int) -> str:
+    if isinstance(head, (str, os.PathLike)):
+        return Path(str(head)).name or str(head)
+    return getattr(getattr(head, "config", None), "name_or_path", "") or f"head{index}"
+
+
+def build_rows(settings: BenchSettings, generator: DeLSGenerator, block_size: int) -> tuple[list[Row], list[dict]]:
+    """Every row of the run, in table order, and the rows skipped with their reasons."""
+    target, drafter, tokenizer = generator.target, generator.drafter, generator.tokenizer
+    pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id
+    rows: list[Row] = [
+        plain_decoding_row(BASELINE, DeLSGenerator(target, drafter, None, tokenizer)),
+        target_generate_row(target, pad),
+        LoopRow(f"DFlash (b={block_size})", "dflash", generator, block_size),
+    ]
+    labels = set()
+    for index, head in enumerate(settings.heads):
+        loaded = load_head(head)
+        loaded = loaded.to(device=target.device, dtype=target.dtype)
+        with_head = DeLSGenerator(target, drafter, loaded, tokenizer)
+        label = _head_label(head, index)
+        label = label if label not in labels else f"{label}#{index}"
+        labels.add(label)
+        rows.append(
+            LoopRow(f"DeLS (b={block_size}, {label})", "dels", with_head, block_size, label, settings.alpha,
+                    settings.beta)
+        )  # fmt: skip
+    skipped = []
+    if not settings.peers:
+        return rows, [{"row": "transformers peers", "reason": "disabled (peers=False)"}]
+    reason = supports_prompt_lookup()
+    if reason is None:
+        rows.append(prompt_lookup_row(target, block_size, pad))
+    else:
+        skipped.append({"row": "transformers prompt-lookup", "reason": reason})
+    reason = supports_transformers_dflash()
+    if reason is None:
+        rows.append(transformers_dflash_row(target, drafter, block_size, pad))
+    else:
+        skipped.append({"row": "transformers DFlash", "reason": reason})
+    return rows, skipped
+
+
+# -- measuring -------------------------------------------------------------------------------------------
+
+
+@dataclass
+class PromptRun:
+    """One row on one prompt, all turns: the tokens (concatenated over turns) and per-turn samples."""
+
+    tokens: list[int]
+    samples: list[Sample]
+    first_input_ids: torch.Tensor
+    texts: list[str]
+
+    def record(self, prompt_id: str) -> dict:
+        lengths = [n for s in self.samples for n in (s.acceptance_lengths or [])]
+        known = all(s.acceptance_lengths is not None for s in self.samples)
+        decode_seconds = sum(s.total_seconds - s.time_to_first_token for s in self.samples)
+        decode_tokens = sum(max(len(s.new_tokens) - 1, 0) for s in self.samples)
+        total = sum(s.total_seconds for s in self.samples)
+        peaks = [s.peak_memory_bytes for s in self.samples if s.peak_memory_bytes is not None]
+        return {
+            "id": prompt_id,
+            "prompt_tokens": int(self.first_input_ids.shape[1]),
+            "new_tokens": len(self.tokens),
+            "tau": stats.tau_per_prompt(lengths) if known else None,
+            "acceptance_lengths": lengths if known else None,
+            "time_to_first_token": self.samples[0].time_to_first_token,
+            "decode_seconds": decode_seconds,
+            "total_seconds": total,
+            # Time per output token after the first one (DFlash times TPOT from after the first draft call).
+            "tpot": decode_seconds / decode_tokens if decode_tokens else None,
+            "tokens_per_second": len(self.tokens) / total if total > 0 else None,
+            "peak_memory_bytes": max(peaks) if peaks else None,
+        }
+
+
+def run_prompt(row: Row, prompt: Prompt, tokenizer, sampling: Sampling, seed: int, device, memory) -> PromptRun:
+    """All turns of one prompt; in multi-turn sets each decoded answer becomes the next assistant turn."""
+    messages = list(prompt.messages)
+    samples, tokens, texts, first_ids = [], [], [], None
+    for turn in range(1 + len(prompt.follow_ups)):
+        if turn:
+            messages.append({"role": "user", "content": prompt.follow_ups[turn - 1]})
+        input_ids = encode_chat(tokenizer, messages, device)
+        first_ids = input_ids if first_ids is None else first_ids
+        memory.start()
+        sample = row.generate(input_ids, sampling, seed)
+        sample.peak_memory_bytes = memory.stop()
+        text = tokenizer.decode(sample.new_tokens, skip_special_tokens=True)
+        samples.append(sample)
+        tokens.extend(sample.new_tokens)
+        texts.append(text)
+        messages.append({"role": "assistant", "content": text})
+    return PromptRun(tokens=tokens, samples=samples, first_input_ids=first_ids, texts=texts)
+
+
+def warm_up(rows, prompt, tokenizer, sampling, seed, device, memory, skipped) -> list[Row]:
+    """One short untimed call per row (allocator, kernels, lazy imports); peers that fail here are skipped."""
+    short = Sampling(min(sampling.max_new_tokens, WARMUP_TOKENS), sampling.temperature, sampling.top_p)
+    single = Prompt(id=prompt.id, messages=prompt.messages)
+    kept = []
+    for row in rows:
+        try:
+            run_prompt(row, single, tokenizer, short, seed, device, memory)
+        except Exception as error:  # a peer that cannot run is reported and skipped, not fatal
+            if row.kind != "peer":
+                raise
+            skipped.append({"row": row.name, "reason": f"failed in warm-up: {type(error).__name__}: {error}"})
+            logger.warning("skipping %s: %s", row.name, error)
+            continue
+        kept.append(row)
+    return kept
+
+
+def measure(rows, prompts, tokenizer, sampling, seed, device, memory, skipped, progress=True) -> dict:
+    """``{row name: [PromptRun per prompt]}``, rows interleaved per prompt with a rotating order."""
+    runs = {row.name: [] for row in rows}
+    active = list(rows)
+    bar = tqdm(total=len(prompts) * len(rows), desc="bench", unit="gen", disable=not progress)
+    for index, prompt in enumerate(prompts):
+        shift = index % len(active) if active else 0
+        for row in active[shift:] + active[:shift]:
+            bar.set_postfix_str(f"{prompt.id} | {row.name}", refresh=False)
+            try:
+                runs[row.name].append(run_prompt(row, prompt, tokenizer, sampling, seed + index, device, memory))
+            except Exception as error:  # only peers may drop out; our own rows re-raise
+                if row.kind != "peer":
+                    raise
+                skipped.append({"row": row.name, "reason": f"failed on prompt {prompt.id}: {error}"})
+                logger.warning("dropping %s: %s", row.name, error)
+                active.remove(row)
+                runs.pop(row.name)
+            bar.update(1)
+    bar.close()
+    return runs
+
+
+# -- greedy equality -------------------------------------------------------------------------------------
+
+
+def first_difference(expected: list[int], got: list[int]) -> int | None:
+    for position, (a, b) in enumerate(zip(expected, got)):
+        if a != b:
+            return position
+    return None if len(expected) == len(got) else min(len(expected), len(got))
+
+
+@torch.inference_mode()
+def logit_gap(target, input_ids: torch.Tensor, expected: list[int], position: int, got: int) -> float:
+    """Target logit of the expected token minus that of the token the row produced, after the shared prefix.
+
+    A gap near 0 points at a numerical near-tie (batched verify vs single-token forward); a large one at
+    a logic bug. Either way the rows differ and the mismatch stands.
+    """
+    prefix = torch.tensor([expected[:position]], dtype=torch.long, device=input_ids.device)
+    logits = target(input_ids=torch.cat([input_ids, prefix], dim=1)).logits[0, -1].float()
+    return float(logits[expected[position]] - logits[got])
+
+
+def check_greedy(runs: dict, prompts: list[Prompt], target) -> dict:
+    """Compare every row's tokens with ``target.generate``'s, prompt by prompt."""
+    reference = runs[REFERENCE]
+    mismatches = {}
+    for name, row_runs in runs.items():
+        if name == REFERENCE:
+            continue
+        found = []
+        for prompt, ref, run in zip(prompts, reference, row_runs):
+            position = first_difference(ref.tokens, run.tokens)
+            if position is None:
+                continue
+            expected = ref.tokens[position] if position < len(ref.tokens) else None
+            got = run.tokens[position] if position < len(run.tokens) else None
+            entry = {"prompt": prompt.id, "position": position, "expected": expected, "got": got,
+                     "reference_length": len(ref.tokens), "row_length": len(run.tokens)}  # fmt: skip
+            first_turn = len(ref.samples[0].new_tokens)
+            if expected is not None and got is not None and position < first_turn:
+                entry["logit_gap"] = logit_gap(target, ref.first_input_ids, ref.tokens, position, got)
+            found.append(entry)
+        mismatches[name] = found
+    bad = sorted(name for name, found in mismatches.items() if found)
+    return {"reference": REFERENCE, "ok": not bad, "mismatched_rows": bad, "mismatches": mismatches}
+
+
+# -- summary ---------------------------------------------------------------------------------------------
+
+
+def summarize(rows: list[Row], runs: dict, prompts: list[Prompt], greedy: dict | None) -> list[dict]:
+    records = {name: [run.record(p.id) for p, run in zip(prompts, row_runs)] for name, row_runs in runs.items()}
+    tpot = {name: [r["tpot"] for r in recs] for name, recs in records.items()}
+    summaries = []
+    for row in rows:
+        if row.name not in records:
+            continue
+        recs = records[row.name]
+        per_prompt_lengths = [r["acceptance_lengths"] for r in recs if r["acceptance_lengths"] is not None]
+        taus = [r["tau"] for r in recs if r["tau"] is not None]
+        peaks = [r["peak_memory_bytes"] for r in recs if r["peak_memory_bytes"] is not None]
+        summary = {
+            "name": row.name,
+            "kind": row.kind,
+            "block_size": row.block_size,
+            "head": row.head,
+            "notes": row.notes,
+            "tau": stats.mean_ci95(taus),
+            "acceptance_histogram": stats.acceptance_histogram(per_prompt_lengths),
+            "acceptance_profile": stats.position_profile(per_prompt_lengths, row.block_size),
+            "tpot_median": stats.median([t for t in tpot[row.name] if t is not None]),
+            "tokens_per_second_median": stats.median([r["tokens_per_second"] for r in recs if r["tokens_per_second"]]),
+            "time_to_first_token_median": stats.median([r["time_to_first_token"] for r in recs]),
+            "new_tokens_total": sum(r["new_tokens"] for r in recs),
+            "peak_memory_bytes": max(peaks) if peaks else None,
+            "speedup": stats.speedup(tpot[BASELINE], tpot[row.name]),
+            "speedup_vs_target_generate": stats.speedup(tpot[REFERENCE], tpot[row.name]),
+            "greedy_match": None if greedy is None else (row.name == REFERENCE or not greedy["mismatches"][row.name]),
+            "per_prompt": recs,
+        }
+        summaries.append(summary)
+    return summaries
+
+
+# -- entry point -----------------------------------------------------------------------------------------
+
+
+def load_generator(settings: BenchSettings) -> DeLSGenerator:
+    device = settings.device
+    if device is None and isinstance(settings.target, (str, os.PathLike)) and torch.cuda.is_available():
+        device = "cuda"
+    generator = DeLSGenerator.from_pretrained(
+        settings.target, settings.dflash, tokenizer=settings.tokenizer, device=device, **settings.target_kwargs
+    )
+    if generator.tokenizer is None:
+        raise BenchArgumentError(
+            "no tokenizer: the target is an in-memory model, so pass tokenizer=... (needed for chat templates)"
+        )
+    return generator
+
+
+def run_bench(target, dflash, heads=(), **options) -> dict:
+    """Measure target alone, DFlash only, DeLS per head and the transformers peers on one dataset.
+
+    Args:
+        target: Hub id, local path or loaded causal LM (``target_kwargs`` such as ``gguf_file`` pass through).
+        dflash: Hub id, local path or loaded ``DFlashDraftModel``.
+        heads: local heads (paths, Hub ids or loaded), one DeLS row each.
+        **options: the ``BenchSettings`` fields: dataset, num_prompts, max_new_tokens, temperature, top_p,
+            block_size, alpha, beta, seed, out (directory for results.json, results.md, PNGs; None writes
+            nothing), score, target_kwargs, tokenizer, device, peers, warmup, progress.
+
+    Returns:
+        The results dict (also written to ``out/results.json``); ``results["greedy_check"]["ok"]`` is False
+        when a greedy row disagreed with the target alone.
+    """
+    settings = BenchSettings(target=target, dflash=dflash, heads=list(heads), **options)
+    settings.validate()
+    started = time.perf_counter()
+    prompts = load_prompts(settings.dataset, settings.num_prompts, settings.seed)
+
+    generator = load_generator(settings)
+    block_size = settings.block_size or generator.block_size
+    if not 2 <= block_size <= generator.block_size:  # now, not after the first prompt
+        raise BlockSizeError(
+            f"block_size {block_size} is outside 2..{generator.block_size} (the drafter's block size)"
+        )
+    tokenizer, device = generator.tokenizer, generator.device
+    sampling = settings.sampling
+    memory = PeakMemory(device)
+
+    rows, skipped = build_rows(settings, generator, block_size)
+    if settings.warmup:
+        rows = warm_up(rows, prompts[0], tokenizer, sampling, settings.seed, device, memory, skipped)
+    runs = measure(rows, prompts, tokenizer, sampling, settings.seed, device, memory, skipped, settings.progress)
+    rows = [row for row in rows if row.name in runs]
+
+    greedy = check_greedy(runs, prompts, generator.target) if sampling.greedy else None
+    results = {
+        "dels_hub_bench": 1,
+        "versions": versions(),
+        "machine": machine(device),
+        "dtype": str(generator.target.dtype).removeprefix("torch."),
+        "device": str(device),
+        "peak_memory_kind": memory.kind,
+        "settings": settings.to_json() | {"block_size": block_size},
+        "chat_template": bool(getattr(tokenizer, "chat_template", None)),
+        "baseline": BASELINE,
+        "prompts": [p.id for p in prompts],
+        "rows": summarize(rows, runs, prompts, greedy),
+        "skipped_rows": skipped,
+        "greedy_check": greedy,
+    }
+    if greedy is not None and not greedy["ok"]:
+        message = (
+            f"GREEDY MISMATCH: {', '.join(greedy['mismatched_rows'])} produced tokens different from "
+            f"{REFERENCE} at T=0. Speculative decoding must be lossless; this is a bug."
+        )
+        logger.error(message)
+        warnings.warn(message, GreedyMismatchWarning, stacklevel=2)
+    if settings.score:
+        from .score import score_humaneval
+
+        results["score"] = score_humaneval(runs, prompts)
+    results["machine"]["load_average_at_end"] = load_average()
+    results["wall_seconds"] = time.perf_counter() - started
+    if settings.out is not None:
+        from .report import write_report
+
+        results["files"] = write_report(results, runs, prompts, settings.out)
+    return results
+
+
+def load_json_kwargs(text: str | None) -> dict:
+    if not text:
+        return {}
+    try:
+        value = json.loads(text)
+    except json.JSONDecodeError as error:
+        raise BenchArgumentError(f"--target-kwargs is not valid JSON ({error}): {text!r}") from error
+    if not isinstance(value, dict):
+        raise BenchArgumentError(f"--target-kwargs must be a JSON object, got {text!r}")
+    return value

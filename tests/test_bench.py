@@ -1,0 +1,328 @@
+"""``dels-hub bench`` on tiny random models (CPU), and its dataset loaders on the real packaged files."""
+
+import argparse
+import json
+
+import pytest
+import torch
+
+from dels_hub.bench import (
+    BenchArgumentError,
+    DatasetFileError,
+    DatasetUnavailableError,
+    GreedyMismatchWarning,
+    UnknownDatasetError,
+    add_bench_arguments,
+    cli,
+    load_prompts,
+    prompts,
+    run_bench,
+    runner,
+    score,
+    sharegpt_split,
+    stats,
+)
+from dels_hub.errors import DeLSError
+from dels_hub.generation import DeLSGenerator
+
+from conftest import make_dflash, make_head, make_target, make_tokenizer
+
+CHAT_TEMPLATE = (
+    "{% for m in messages %}{{ m['role'] }} {{ m['content'] }} {% endfor %}{% if add_generation_prompt %}t0{% endif %}"
+)
+PROMPTS = [
+    {"prompt": "t1 t2 t3 t4 t1 t2 t3 t4 t1 t2"},
+    {"id": "chat", "messages": [{"role": "system", "content": "t7"}, {"role": "user", "content": "t5 t6 t5 t6"}]},
+    {"prompt": "t9 t8 t9 t8 t9"},
+]
+
+
+@pytest.fixture(scope="module", autouse=True)
+def one_torch_thread():
+    """Tiny models gain nothing from threads, and on a shared 2-core machine a second thread that has to wait
+    for a busy core makes every step many times slower (OpenMP spinning)."""
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(threads)
+
+
+@pytest.fixture(scope="module")
+def chat_tokenizer():
+    tokenizer = make_tokenizer()
+    tokenizer.chat_template = CHAT_TEMPLATE
+    return tokenizer
+
+
+@pytest.fixture(scope="module")
+def jsonl_dataset(tmp_path_factory):
+    path = tmp_path_factory.mktemp("data") / "prompts.jsonl"
+    path.write_text("\n".join(json.dumps(p) for p in PROMPTS) + "\n")
+    return f"jsonl:{path}"
+
+
+@pytest.fixture(scope="module")
+def models(chat_tokenizer):
+    return make_target("qwen3"), make_dflash(), make_head(chat_tokenizer)
+
+
+@pytest.fixture(scope="module")
+def greedy_run(models, chat_tokenizer, jsonl_dataset, tmp_path_factory):
+    target, drafter, head = models
+    out = tmp_path_factory.mktemp("bench")
+    results = run_bench(
+        target, drafter, [head], tokenizer=chat_tokenizer, dataset=jsonl_dataset, max_new_tokens=20, out=str(out),
+        progress=False,
+    )  # fmt: skip
+    return results, out
+
+
+# -- end to end --------------------------------------------------------------------------------------------
+
+
+def test_bench_writes_json_markdown_and_plots(greedy_run):
+    results, out = greedy_run
+    for name in ("results.json", "results.md", "samples.jsonl", "acceptance_histogram.png", "acceptance_profile.png"):
+        assert (out / name).stat().st_size > 0, name
+    for name in ("acceptance_histogram.png", "acceptance_profile.png"):
+        assert (out / name).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    saved = json.loads((out / "results.json").read_text())
+    assert saved["settings"]["dataset"].startswith("jsonl:") and saved["settings"]["block_size"] == 8
+    assert saved["versions"]["torch"] and saved["versions"]["transformers"] and saved["machine"]["cpu_count"]
+    assert saved["dtype"] == "float32" and saved["prompts"] == ["0", "chat", "2"]
+
+    names = [row["name"] for row in results["rows"]]
+    assert names[:4] == ["target (loop, b=1)", "target.generate", "DFlash (b=8)", "DeLS (b=8, head0)"]
+    # The installed transformers has both peers; if one were missing it would be listed with its reason.
+    skipped = {s["row"] for s in results["skipped_rows"]}
+    assert any(n.startswith("transformers prompt-lookup") for n in names) or "transformers prompt-lookup" in skipped
+    assert any(n.startswith("transformers DFlash") for n in names) or "transformers DFlash" in skipped
+
+    for row in results["rows"]:
+        assert len(row["per_prompt"]) == 3
+        assert row["tau"]["n"] == 3 and 1 <= row["tau"]["mean"] <= row["block_size"]
+        assert row["tau"]["low"] <= row["tau"]["mean"] <= row["tau"]["high"]
+        assert row["tpot_median"] > 0 and row["tokens_per_second_median"] > 0
+        assert row["time_to_first_token_median"] > 0 and row["peak_memory_bytes"] > 0
+        assert len(row["speedup"]["paired"]) == 3 and row["speedup"]["ratio_of_medians"] > 0
+        assert len(row["acceptance_profile"]) == row["block_size"] - 1
+        assert all(p["new_tokens"] == 20 for p in row["per_prompt"])
+    baseline = results["rows"][0]
+    assert baseline["speedup"]["ratio_of_medians"] == pytest.approx(1.0)
+    assert baseline["tau"]["mean"] == 1.0  # block size 1 commits exactly one token per step
+
+    table = (out / "results.md").read_text()
+    assert table.count("\n| ") == len(results["rows"]) + 1  # header + one line per row
+    assert "MISMATCH" not in table and "tau (95% CI)" in table
+
+
+def test_greedy_rows_agree_token_for_token(greedy_run):
+    results, out = greedy_run
+    assert results["greedy_check"]["ok"] and results["greedy_check"]["mismatched_rows"] == []
+    assert all(row["greedy_match"] for row in results["rows"])
+    samples = [json.loads(line) for line in (out / "samples.jsonl").read_text().splitlines()]
+    by_prompt = {}
+    for sample in samples:
+        by_prompt.setdefault(sample["prompt"], set()).add(tuple(sample["tokens"]))
+    assert len(by_prompt) == 3 and all(len(tokens) == 1 for tokens in by_prompt.values())
+
+
+def accept_everything(draft_ids, target_logits):
+    """A broken greedy verifier: accepts every draft, right or wrong, plus the target's bonus token."""
+    bonus = target_logits[-1].argmax(-1, keepdim=True)
+    return torch.cat([draft_ids, bonus]), torch.tensor(draft_ids.shape[0], device=draft_ids.device)
+
+
+class BrokenGenerator(DeLSGenerator):
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.verifiers.greedy = accept_everything
+
+
+def test_broken_row_is_reported_as_mismatch(models, chat_tokenizer, jsonl_dataset, tmp_path, monkeypatch):
+    target, drafter, head = models
+    monkeypatch.setattr(runner, "DeLSGenerator", BrokenGenerator)
+    with pytest.warns(GreedyMismatchWarning, match="GREEDY MISMATCH"):
+        results = run_bench(
+            target, drafter, [head], tokenizer=chat_tokenizer, dataset=jsonl_dataset, max_new_tokens=12,
+            out=str(tmp_path), peers=False, progress=False,
+        )  # fmt: skip
+    check = results["greedy_check"]
+    assert not check["ok"]
+    # Block size 1 has no drafts to accept wrongly: only the speculative rows break.
+    assert check["mismatched_rows"] == ["DFlash (b=8)", "DeLS (b=8, head0)"]
+    first = check["mismatches"]["DFlash (b=8)"][0]
+    assert first["expected"] != first["got"] and first["logit_gap"] > 0
+    match = {row["name"]: row["greedy_match"] for row in results["rows"]}
+    assert match == {"target (loop, b=1)": True, "target.generate": True, "DFlash (b=8)": False,
+                     "DeLS (b=8, head0)": False}  # fmt: skip
+    table = (tmp_path / "results.md").read_text()
+    assert "GREEDY MISMATCH" in table and "**MISMATCH (" in table
+    assert json.loads((tmp_path / "results.json").read_text())["greedy_check"]["ok"] is False
+
+    # The CLI turns the mismatch into a nonzero exit status.
+    monkeypatch.setattr(cli, "run_bench", lambda *args, **kwargs: results)
+    args = add_bench_arguments(argparse.ArgumentParser()).parse_args(["--target", "t", "--dflash", "d"])
+    assert cli.bench_main(args) == 1
+
+
+def test_sampling_run_skips_the_equality_check(models, chat_tokenizer, jsonl_dataset):
+    target, drafter, _ = models
+    results = run_bench(
+        target, drafter, tokenizer=chat_tokenizer, dataset=jsonl_dataset, num_prompts=1, max_new_tokens=8,
+        temperature=0.8, top_p=0.9, block_size=4, peers=False, progress=False,
+    )  # fmt: skip
+    assert results["greedy_check"] is None and "files" not in results
+    assert [row["block_size"] for row in results["rows"]] == [1, 1, 4]
+    assert all(row["greedy_match"] is None for row in results["rows"])
+
+
+# -- validation before any work ----------------------------------------------------------------------------
+
+
+class Untouchable:
+    """A stand-in model that fails the test if the benchmark gets far enough to use it."""
+
+    def __getattr__(self, name):
+        raise AssertionError(f"the benchmark used the model ({name}) before validating its inputs")
+
+
+@pytest.mark.parametrize(
+    "options, error",
+    [
+        ({"dataset": "humaneval-plus"}, UnknownDatasetError),
+        ({"dataset": "jsonl:/nonexistent/prompts.jsonl"}, DatasetFileError),
+        ({"dataset": "humaneval", "num_prompts": 0}, BenchArgumentError),
+        ({"dataset": "humaneval", "max_new_tokens": 0}, BenchArgumentError),
+        ({"dataset": "humaneval", "temperature": -1.0}, BenchArgumentError),
+        ({"dataset": "humaneval", "top_p": 0.0}, BenchArgumentError),
+        ({"dataset": "humaneval", "block_size": 1}, BenchArgumentError),
+        ({"dataset": "sharegpt", "score": True}, BenchArgumentError),
+    ],
+)
+def test_bad_settings_fail_before_any_work(options, error):
+    with pytest.raises(error) as raised:
+        run_bench(Untouchable(), Untouchable(), **options)
+    assert isinstance(raised.value, DeLSError) and isinstance(raised.value, ValueError)
+
+
+def test_score_needs_explicit_permission_to_run_code(monkeypatch):
+    monkeypatch.delenv("HF_ALLOW_CODE_EVAL", raising=False)
+    with pytest.raises(BenchArgumentError, match="HF_ALLOW_CODE_EVAL=1"):
+        run_bench(Untouchable(), Untouchable(), dataset="humaneval", score=True)
+
+
+def test_jsonl_without_prompt_or_messages_is_rejected(tmp_path):
+    path = tmp_path / "bad.jsonl"
+    path.write_text('{"prompt": "t1"}\n{"text": "t2"}\n')
+    with pytest.raises(DatasetFileError, match=r"bad.jsonl:2.*'prompt'.*'messages'.*\['text'\]"):
+        run_bench(Untouchable(), Untouchable(), dataset=f"jsonl:{path}")
+    path.write_text("not json\n")
+    with pytest.raises(DatasetFileError, match="not valid JSON"):
+        load_prompts(f"jsonl:{path}")
+
+
+def test_hub_datasets_fail_clearly_when_unreachable(monkeypatch):
+    import datasets
+
+    def offline(*args, **kwargs):
+        raise ConnectionError("Couldn't reach 'openai/gsm8k' on the Hub (LocalEntryNotFoundError)")
+
+    monkeypatch.setattr(datasets, "load_dataset", offline)
+    with pytest.raises(DatasetUnavailableError, match=r"gsm8k.*openai/gsm8k.*humaneval, sharegpt, jsonl:PATH"):
+        load_prompts("gsm8k")
+
+
+def test_hub_dataset_templates(monkeypatch):
+    import datasets
+
+    rows = {"HuggingFaceH4/MATH-500": [{"problem": "1+1?", "unique_id": "m1"}],
+            "HuggingFaceH4/mt_bench_prompts": [{"prompt": ["first", "second"], "prompt_id": 7}]}  # fmt: skip
+    monkeypatch.setattr(datasets, "load_dataset", lambda repo, config, split: rows[repo])
+    (math,) = load_prompts("math500")
+    assert (
+        math.messages[0]["content"] == "1+1?\nPlease reason step by step, and put your final answer within \\boxed{}."
+    )
+    (chat,) = load_prompts("mt-bench")
+    assert chat.id == "7" and chat.messages[0]["content"] == "first" and chat.follow_ups == ["second"]
+
+
+# -- real packaged datasets --------------------------------------------------------------------------------
+
+
+def test_humaneval_loader_reads_the_packaged_problems():
+    problems = load_prompts("humaneval")
+    assert len(problems) == 164 and problems[0].id == "HumanEval/0"
+    text = problems[0].messages[0]["content"]
+    assert text.startswith(
+        "Write a solution to the following problem and make sure that it passes the tests:\n```python\n"
+    )
+    assert "def has_close_elements" in text and text.endswith("\n```")
+    assert problems[0].problem["entry_point"] == "has_close_elements"
+    subset = load_prompts("humaneval", num_prompts=10, seed=0)
+    assert len(subset) == 10 and subset == load_prompts("humaneval", num_prompts=10, seed=0)
+    ids = [int(p.id.split("/")[1]) for p in subset]
+    assert ids == sorted(ids)
+
+
+def test_sharegpt_split_of_the_truncated_file():
+    records = prompts.sharegpt_conversations()
+    assert len(records) == 17_671  # the cut-off last record is dropped
+    train, validation, heldout = (sharegpt_split(name) for name in ("train", "validation", "heldout"))
+    assert (len(train), len(validation), len(heldout)) == (15_671, 1_000, 1_000)
+    assert train[-1] is records[15_670] and validation[0] is records[15_671] and heldout[-1] is records[-1]
+    with pytest.raises(BenchArgumentError, match="heldout"):
+        sharegpt_split("test")
+
+    held = load_prompts("sharegpt")
+    heldout_ids = {r["id"] for r in heldout}
+    assert 900 < len(held) <= 1000 and all(p.id in heldout_ids for p in held)
+    first = heldout[0]
+    user = next(t["value"] for t in first["conversations"] if t["from"] in ("human", "user"))
+    assert held[0].id == first["id"] and held[0].messages == [{"role": "user", "content": user}]
+
+
+# -- statistics, scoring and the CLI -----------------------------------------------------------------------
+
+
+def test_statistics():
+    ci = stats.mean_ci95([1.0, 2.0, 3.0])
+    assert ci["mean"] == 2.0 and ci["high"] - 2.0 == pytest.approx(4.303 * 1.0 / 3**0.5)
+    assert stats.mean_ci95([2.0])["low"] is None
+    assert stats.t_quantile_975(1000) == pytest.approx(1.962, abs=1e-3)
+    assert stats.position_profile([[1, 3], [2, 1]], 4) == [0.5, 0.25, 0.0]
+    assert stats.acceptance_histogram([[1, 3], [2, 1]]) == {1: 2, 2: 1, 3: 1}
+    result = stats.speedup([2.0, 4.0, 6.0], [1.0, 1.0, 2.0])
+    assert result["ratio_of_medians"] == 4.0 and result["paired"] == [2.0, 4.0, 3.0]
+
+
+def test_score_runs_code_and_falls_back_offline(monkeypatch):
+    monkeypatch.setattr(score, "_load_code_eval", lambda: (None, "OfflineError: no Hub in tests"))
+    problem = load_prompts("humaneval")[0]
+    solution = f"Here it is:\n```python\n{problem.problem['prompt']}{problem.problem['canonical_solution']}```\n"
+    wrong = "```python\ndef has_close_elements(numbers, threshold):\n    return False\n```"
+    runs = {"good": [runner.PromptRun([], [], None, [solution])], "bad": [runner.PromptRun([], [], None, [wrong])]}
+    result = score.score_humaneval(runs, [problem])
+    assert result["rows"]["good"]["pass@1"] == 1.0 and result["rows"]["bad"]["pass@1"] == 0.0
+    assert "offline fallback" in result["backend"] and "OfflineError" in result["backend"]
+
+
+def test_cli_arguments_match_the_issue():
+    parser = add_bench_arguments(argparse.ArgumentParser())
+    args = parser.parse_args(
+        ["--target", "T", "--target-kwargs", '{"gguf_file": "m.gguf"}', "--dflash", "D", "--head", "H1", "--head",
+         "H2", "--dataset", "sharegpt", "--num-prompts", "5", "--max-new-tokens", "32", "--temperature", "0.7",
+         "--top-p", "0.9", "--block-size", "4", "--alpha", "0.5", "--beta", "0.25", "--seed", "3", "--out", "o",
+         "--score"]
+    )  # fmt: skip
+    assert args.head == ["H1", "H2"] and args.num_prompts == 5 and args.block_size == 4 and args.score
+    assert runner.load_json_kwargs(args.target_kwargs) == {"gguf_file": "m.gguf"}
+    with pytest.raises(BenchArgumentError, match="JSON"):
+        runner.load_json_kwargs("{gguf_file: x}")
+
+
+def test_cli_reports_invalid_settings_without_a_traceback(capsys):
+    parser = add_bench_arguments(argparse.ArgumentParser())
+    args = parser.parse_args(["--target", "T", "--dflash", "D", "--dataset", "humaneval-plus"])
+    assert cli.bench_main(args) == 2
+    assert "error: unknown dataset 'humaneval-plus'" in capsys.readouterr().err
