@@ -51,3 +51,27 @@ class UnsupportedInputError(DeLSError):
 
 class GenerationArgumentError(DeLSError):
     """A generation argument has an invalid value (temperature <= 0, top_p outside (0, 1], ...)."""
+
+
+class UnknownDatasetError(DeLSError):
+    """A benchmark dataset name is none of the known ones (nor ``jsonl:PATH``)."""
+
+
+class DatasetFileError(DeLSError):
+    """A ``jsonl:PATH`` file is missing, is not JSON Lines, or a record has no usable prompt."""
+
+
+class DatasetUnavailableError(DeLSError):
+    """A Hub dataset (gsm8k, math500, mbpp, mt-bench) could not be loaded, e.g. the Hub is unreachable."""
+
+
+class BenchArgumentError(DeLSError):
+    """A benchmark setting has an invalid value (num_prompts < 1, bad JSON in target_kwargs, ...)."""
+
+
+class RecipeError(DeLSError):
+    """A training recipe key is unknown, has the wrong type or an invalid value."""
+
+
+class TrainingDataError(DeLSError):
+    """Training data is missing, lacks the expected column, or yields nothing to supervise."""

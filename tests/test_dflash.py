@@ -104,6 +104,7 @@ def test_save_pretrained_writes_the_zlab_format(tmp_path):
     assert config["block_size"] == 8 and config["num_target_layers"] == 6
     assert config["dflash_config"]["mask_token_id"] == 95
     assert config["dflash_config"]["target_layer_ids"] == [1, 3]
+    assert config["rope_theta"] == 10000.0  # also top level, for readers on transformers 4.x
     keys = set(load_file(tmp_path / "model.safetensors"))
     per_layer = {"input_layernorm", "post_attention_layernorm", "self_attn.q_proj", "self_attn.k_proj",
                  "self_attn.v_proj", "self_attn.o_proj", "self_attn.q_norm", "self_attn.k_norm",

@@ -4,8 +4,8 @@ From Python, ``run_bench(target, dflash, heads, dataset=..., ...)`` returns the 
 subcommand is ``add_bench_arguments(parser)`` + ``bench_main(args)``.
 """
 
+from ..errors import BenchArgumentError, DatasetFileError, DatasetUnavailableError, UnknownDatasetError
 from .cli import add_bench_arguments, bench_main
-from .errors import BenchArgumentError, DatasetFileError, DatasetUnavailableError, UnknownDatasetError
 from .prompts import Prompt, load_prompts, sharegpt_split
 from .report import markdown_table
 from .runner import BenchSettings, GreedyMismatchWarning, run_bench

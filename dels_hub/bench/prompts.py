@@ -19,7 +19,7 @@ from functools import lru_cache
 from importlib import resources
 from pathlib import Path
 
-from .errors import BenchArgumentError, DatasetFileError, DatasetUnavailableError, UnknownDatasetError
+from ..errors import BenchArgumentError, DatasetFileError, DatasetUnavailableError, UnknownDatasetError
 
 # DFlash's benchmark templates (research/dflash.md §3.4); mbpp and mt-bench use the raw prompt.
 HUMANEVAL_TEMPLATE = (

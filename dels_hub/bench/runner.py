@@ -17,12 +17,11 @@ from pathlib import Path
 import torch
 from tqdm.auto import tqdm
 
-from ..errors import BlockSizeError
+from ..errors import BenchArgumentError, BlockSizeError
 from ..generation import DeLSGenerator
 from ..generation.loading import load_head
 from . import stats
 from .environment import PeakMemory, load_average, machine, versions
-from .errors import BenchArgumentError
 from .peers import (
     prompt_lookup_row,
     supports_prompt_lookup,

@@ -65,4 +65,10 @@ class DFlashConfig(Qwen3Config):
         # mask_token_id and target_layer_ids live in dflash_config on disk (the z-lab layout), not twice.
         output.pop("mask_token_id", None)
         output.pop("target_layer_ids", None)
+        # transformers 5 keeps RoPE only in rope_parameters; readers on 4.x (z-lab's reference pins 4.57) read
+        # rope_theta/rope_scaling and would silently fall back to theta 10000. 5.x reads both forms alike.
+        rope = dict(output.get("rope_parameters") or {})
+        if "rope_theta" in rope:
+            output["rope_theta"] = rope.pop("rope_theta")
+            output["rope_scaling"] = None if rope.get("rope_type", "default") == "default" else rope
         return output

@@ -61,9 +61,16 @@ class DeLSLocalHead(PreTrainedModel):
 
     @torch.no_grad()
     def _init_weights(self, module):
-        super()._init_weights(module)
-        if module is getattr(self, "output_proj", None):
-            module.weight.zero_()
+        # The generic 0.02 init leaves the GRU state near 1e-3 and training barely moves for hundreds of steps:
+        # unit-scale embeddings and fan-in uniform gates (torch's own GRU init) give O(1) states from step one.
+        # The output projection starts at zero, so an untrained head adds nothing to the fusion.
+        if module is getattr(self, "embed_tokens", None):
+            nn.init.normal_(module.weight, std=1.0)
+        elif module is getattr(self, "output_proj", None):
+            nn.init.zeros_(module.weight)
+        elif isinstance(module, nn.Linear):
+            bound = module.in_features**-0.5
+            nn.init.uniform_(module.weight, -bound, bound)
 
     def get_input_embeddings(self) -> nn.Embedding:
         return self.embed_tokens

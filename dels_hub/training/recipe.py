@@ -1,0 +1,241 @@
+"""Training configurations: typed dataclasses, filled from defaults <- a recipe file <- command-line flags.
+
+A recipe is a small TOML file of overrides (``recipes/*.toml``), one value per line with the reason in a
+comment (nanoGPT's ``config/*.py``, made declarative). Every field is also a ``--flag`` of the CLI, generated
+from the dataclass, so ``--max-steps 50`` overrides the recipe's ``max_steps``. Unknown keys and values of
+the wrong type fail before anything is loaded. The final config is snapshotted into every checkpoint.
+"""
+
+import argparse
+import dataclasses
+import importlib.util
+import tomllib
+import types
+import typing
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from ..errors import RecipeError
+
+
+def _f(default, help: str):
+    """A dataclass field with its CLI help text (peft's ``field(metadata={"help": ...})``)."""
+    return field(default=default, metadata={"help": help})
+
+
+
+@dataclass
+class TrainConfig:
+    """What both training loops share: data, blocks, optimisation, bookkeeping."""
+
+    # I/O
+    output_dir: str = _f("out", "where checkpoints/, train_log.jsonl and the final model go")
+    resume: bool = _f(True, "continue from the newest checkpoint in output_dir/checkpoints if there is one")
+    # data
+    data: str = _f("", "local file or folder (json, jsonl, parquet, csv, txt), a Hub dataset id, or sharegpt:train")
+    data_split: str = _f("train", "split to read from a Hub id or folder")
+    data_format: str = _f("auto", "auto | chat | text: chat renders a messages column with the chat template")
+    text_field: str = _f("text", "column holding plain text (text format)")
+    messages_field: str = _f("", "column holding the conversation; empty = first of messages, conversations")
+    eval_data: str = _f("", "held-out data; empty = sharegpt:validation for sharegpt:train, else the last "
+                        "eval_examples of data (which are then not trained on)")
+    eval_examples: int = _f(32, "held-out sequences used for the periodic evaluation")
+    max_examples: int = _f(0, "read at most this many training records (0 = all)")
+    max_length: int = _f(2048, "tokens per sequence; chat is truncated, plain text cut into windows")
+    # blocks and loss
+    block_size: int = _f(16, "block size: slot 0 is the anchor, slots 1..bs-1 are supervised")
+    gamma: float = _f(7.0, "loss weight exp(-(k-1)/gamma) at slot k (DFlash: 7 for bs16, 5 for bs10, 4 for bs8)")
+    anchors_per_seq: int = _f(64, "anchors sampled per sequence per step, without replacement")
+    # optimisation
+    batch_size: int = _f(4, "sequences per process per micro-step")
+    grad_accum: int = _f(1, "micro-steps per optimizer step")
+    max_steps: int = _f(1000, "optimizer steps")
+    lr: float = _f(6e-4, "peak learning rate (AdamW)")
+    warmup_ratio: float = _f(0.04, "fraction of max_steps of linear warm-up")
+    min_lr_ratio: float = _f(0.1, "the cosine decays to lr * min_lr_ratio")
+    weight_decay: float = _f(0.0, "AdamW weight decay")
+    grad_clip: float = _f(1.0, "clip the global gradient norm (0 = off)")
+    precision: str = _f("fp32", "fp32 | bf16 (autocast; master weights stay fp32)")
+    seed: int = _f(42, "seeds the init, the data order, the anchors and the peek reveals")
+    # bookkeeping
+    log_every: int = _f(10, "steps between loss/tokens-per-second log lines")
+    eval_every: int = _f(100, "steps between evaluations of per-position accuracy (0 = only at the end)")
+    save_every: int = _f(100, "steps between resumable checkpoints")
+    keep_checkpoints: int = _f(2, "newest checkpoints kept on disk")
+
+    def __post_init__(self):
+        choices = {"data_format": ("auto", "chat", "text"), "precision": ("fp32", "bf16")}
+        for name, allowed in choices.items():
+            if getattr(self, name) not in allowed:
+                raise RecipeError(f"`{name}` must be one of {allowed}, got {getattr(self, name)!r}")
+        positive = ["block_size", "anchors_per_seq", "batch_size", "grad_accum", "max_steps", "max_length",
+                    "log_every", "save_every", "keep_checkpoints"]
+        for name in positive:
+            if getattr(self, name) < 1:
+                raise RecipeError(f"`{name}` must be >= 1, got {getattr(self, name)}")
+        if self.block_size < 2:
+            raise RecipeError(f"`block_size` must be >= 2 (an anchor and one drafted slot), got {self.block_size}")
+        if self.max_length < self.block_size:
+            raise RecipeError(f"`max_length` ({self.max_length}) must be >= block_size ({self.block_size})")
+        if not self.gamma > 0:
+            raise RecipeError(f"`gamma` must be > 0, got {self.gamma}")
+        if not self.data:
+            raise RecipeError("`data` is empty: give a local file, a Hub dataset id or sharegpt:train")
+
+
+@dataclass
+class HeadTrainConfig(TrainConfig):
+    """Local head: tokenizer only, no target weights."""
+
+    tokenizer: str = _f("", "tokenizer path or Hub id (or pkg:PACKAGE for a file shipped in a Python package)")
+    gguf_file: str = _f("", "read the tokenizer from this GGUF file inside `tokenizer`")
+    family: str = _f("", "tokenizer family name stored in the fingerprint (default: the tokenizer's name)")
+    embedding_rank: int = _f(256, "width of the factorized input embedding (reference 256)")
+    hidden_size: int = _f(1024, "GRU state width (reference 1024)")
+    output_rank: int = _f(256, "width of the low-rank output projection (reference 256)")
+    unigram_smoothing: float = _f(1.0, "add-k constant of the stored unigram prior")
+    alpha: list[float] = field(
+        default_factory=lambda: [0.3],
+        metadata={"help": "fusion weight of the head's logits (one value or one per fused position)"},
+    )
+    beta: list[float] = field(
+        default_factory=lambda: [0.3], metadata={"help": "fusion weight of the unigram prior correction (idem)"}
+    )
+    pure_prefix_len: int = _f(1, "leading draft positions taken from DFlash alone")
+    init_from: str = _f("", "start from this head (path or Hub id) instead of random weights")
+    lora_rank: int = _f(0, "> 0: fine-tune init_from with PEFT LoRA of this rank instead of all weights")
+    lora_alpha: float = _f(16.0, "LoRA scaling numerator")
+    lora_targets: list[str] = field(
+        default_factory=lambda: ["input_gates", "hidden_gates", "rank_proj"], metadata={"help": "modules LoRA adapts"}
+    )
+
+    def __post_init__(self):
+        super().__post_init__()
+        if not self.tokenizer:
+            raise RecipeError("`tokenizer` is empty: a head is trained for a tokenizer family, name one")
+        if self.lora_rank and not self.init_from:
+            raise RecipeError("`lora_rank` > 0 fine-tunes an existing head: set `init_from` too")
+        for name in ("alpha", "beta"):
+            if not getattr(self, name):
+                raise RecipeError(f"`{name}` needs at least one value")
+
+
+@dataclass
+class DFlashTrainConfig(TrainConfig):
+    """DFlash drafter for a causal-LM target; the target's embedding and LM head stay frozen."""
+
+    target: str = _f("", "target causal LM: path, Hub id or pkg:PACKAGE")
+    gguf_file: str = _f("", "load the target (and its tokenizer) from this GGUF file inside `target`")
+    num_layers: int = _f(5, "draft decoder layers (paper: 5)")
+    target_layer_ids: list[int] = field(
+        default_factory=list,
+        metadata={"help": "target layers whose outputs feed the drafter; empty = the z-lab spread for num_features"},
+    )
+    num_features: int = _f(0, "with empty target_layer_ids: spread this many layers (0 = num_layers)")
+    mask_token_id: int = _f(-1, "id whose (frozen) target embedding fills the masked slots; -1 = the first "
+                            "embedding row past the tokenizer, if the embedding is padded")
+    intermediate_size: int = _f(0, "MLP width of the draft layers (0 = the target's)")
+    feature_cache: str = _f("", "folder caching target features per training sequence (pays when the data is "
+                            "read more than once, and on CPU)")
+    peek: bool = _f(False, "block-level peeking: reveal ground-truth block tokens to intermediate layers")
+    peek_max_ratio: float = _f(0.5, "reveal probability at the deepest peeking layer at step 0, before the "
+                               "accuracy factor")
+    peek_anneal: float = _f(0.75, "the reveal ratio reaches zero at this fraction of max_steps")
+    peek_ema: float = _f(0.9, "smoothing of the per-layer accuracy that lowers the reveal ratio")
+
+    def __post_init__(self):
+        super().__post_init__()
+        if not self.target:
+            raise RecipeError("`target` is empty: name the causal LM whose drafter is trained")
+        if self.num_layers < 1:
+            raise RecipeError(f"`num_layers` must be >= 1, got {self.num_layers}")
+        if self.peek and self.num_layers < 2:
+            raise RecipeError("`peek` needs num_layers >= 2: only intermediate layers receive reveals")
+        if not 0 <= self.peek_max_ratio <= 1:
+            raise RecipeError(f"`peek_max_ratio` must be in [0, 1], got {self.peek_max_ratio}")
+        if not 0 < self.peek_anneal <= 1:
+            raise RecipeError(f"`peek_anneal` must be in (0, 1], got {self.peek_anneal}")
+
+
+# -- building a config from a recipe and flags ---------------------------------------------------------------
+
+
+def _base_type(annotation):
+    """``list[int]`` -> (list, int); ``int`` -> (int, None)."""
+    if typing.get_origin(annotation) is list:
+        return list, typing.get_args(annotation)[0]
+    if isinstance(annotation, types.UnionType):
+        raise TypeError(f"union field types are not supported: {annotation}")
+    return annotation, None
+
+
+def add_config_arguments(parser: argparse.ArgumentParser, config_class) -> None:
+    """``--recipe`` plus one ``--field-name`` per dataclass field (default: absent, so the recipe wins)."""
+    parser.add_argument("--recipe", help="TOML recipe file (see recipes/); flags override its values")
+    for f in dataclasses.fields(config_class):
+        kind, item = _base_type(f.type)
+        flag = "--" + f.name.replace("_", "-")
+        common = {"dest": f.name, "default": argparse.SUPPRESS, "help": f.metadata.get("help", "")}
+        if kind is bool:
+            parser.add_argument(flag, action=argparse.BooleanOptionalAction, **common)
+        elif kind is list:
+            parser.add_argument(flag, nargs="*", type=item, **common)
+        else:
+            parser.add_argument(flag, type=kind, **common)
+
+
+def resolve_config(config_class, args: argparse.Namespace):
+    """Defaults <- ``args.recipe`` <- flags given on the command line."""
+    values = read_recipe(config_class, args.recipe) if getattr(args, "recipe", None) else {}
+    names = {f.name for f in dataclasses.fields(config_class)}
+    values.update({k: v for k, v in vars(args).items() if k in names})
+    return config_class(**values)
+
+
+def read_recipe(config_class, path) -> dict:
+    """Read a TOML recipe, checking every key and value type against ``config_class``."""
+    path = Path(path)
+    if not path.is_file():
+        raise RecipeError(f"recipe file {str(path)!r} does not exist")
+    with open(path, "rb") as f:
+        try:
+            values = tomllib.load(f)
+        except tomllib.TOMLDecodeError as error:
+            raise RecipeError(f"recipe {str(path)!r} is not valid TOML: {error}") from None
+    values.pop("kind", None)  # documents which loop the recipe is for; checked by the caller's class
+    fields = {f.name: f for f in dataclasses.fields(config_class)}
+    unknown = sorted(set(values) - set(fields))
+    if unknown:
+        raise RecipeError(f"unknown recipe keys {unknown} in {str(path)!r} for {config_class.__name__}")
+    for name, value in values.items():
+        kind, item = _base_type(fields[name].type)
+        if kind is list and not isinstance(value, list):
+            value = values[name] = [value]
+        if kind is float and isinstance(value, int) and not isinstance(value, bool):
+            value = values[name] = float(value)
+        if kind is list and item is float:
+            value = values[name] = [float(v) for v in value]
+        ok = isinstance(value, kind) and (kind is not int or not isinstance(value, bool))
+        if kind is list:
+            ok = ok and all(isinstance(v, item) for v in value)
+        if not ok:
+            raise RecipeError(f"recipe key `{name}` expects {fields[name].type}, got {value!r} in {str(path)!r}")
+    return values
+
+
+def config_dict(config) -> dict:
+    return dataclasses.asdict(config)
+
+
+def resolve_location(location: str) -> str:
+    """``pkg:NAME[/SUB]`` -> the folder of an installed package (found without importing it); else unchanged.
+
+    Lets a recipe name files that ship inside a Python package (the offline SmolLM2 GGUF), portably.
+    """
+    if not location.startswith("pkg:"):
+        return location
+    name, _, sub = location[4:].partition("/")
+    spec = importlib.util.find_spec(name)
+    if spec is None or not spec.submodule_search_locations:
+        raise RecipeError(f"{location!r}: Python package {name!r} is not installed")
+    return str(Path(spec.submodule_search_locations[0]) / sub)
