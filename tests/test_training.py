@@ -386,10 +386,10 @@ def test_dflash_bf16_with_feature_cache_is_reproducible(files, tmp_path):
     values = dict(target=files["target"], data=files["train"], eval_data=files["eval"], max_steps=4, num_layers=2,
                   precision="bf16", feature_cache=tmp_path / "cache", **{**SMALL, "eval_every": 4, "log_every": 2})
     run(train_dflash_main, add_train_dflash_arguments, output_dir=tmp_path / "first", **values)
-    cached = len(list((tmp_path / "cache").glob("*.pt")))
+    cached = len(list((tmp_path / "cache").glob("*.safetensors")))
     assert 0 < cached <= 4 * SMALL["batch_size"] + SMALL["eval_examples"]
     run(train_dflash_main, add_train_dflash_arguments, output_dir=tmp_path / "second", **values)  # from the cache
-    assert len(list((tmp_path / "cache").glob("*.pt"))) == cached
+    assert len(list((tmp_path / "cache").glob("*.safetensors"))) == cached
     assert read_log(tmp_path / "first")[-1]["eval_loss"] == read_log(tmp_path / "second")[-1]["eval_loss"]
     first = [r["loss"] for r in read_log(tmp_path / "first") if "loss" in r]
     assert first == [r["loss"] for r in read_log(tmp_path / "second") if "loss" in r]

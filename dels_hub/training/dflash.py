@@ -16,6 +16,7 @@ import os
 from pathlib import Path
 
 import torch
+from safetensors.torch import load_file, save_file
 from torch import nn
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
@@ -118,18 +119,18 @@ class FeatureCache:
             meta.write_text(json.dumps(signature, indent=2))
 
     def path(self, ids: torch.Tensor) -> Path:
-        return self.folder / (hashlib.sha1(ids.numpy().tobytes()).hexdigest() + ".pt")
+        return self.folder / (hashlib.sha1(ids.numpy().tobytes()).hexdigest() + ".safetensors")
 
     def get(self, ids: torch.Tensor) -> torch.Tensor | None:
         path = self.path(ids)
-        return torch.load(path, weights_only=True) if path.exists() else None
+        return load_file(str(path))["features"] if path.exists() else None
 
     def put(self, ids: torch.Tensor, features: torch.Tensor) -> torch.Tensor:
         """Store ``features [T, F*H]`` as bf16 (half the disk of fp32) and return the stored tensor."""
         path = self.path(ids)
         stored = features.to("cpu", torch.bfloat16).clone()
         tmp = path.with_name(f"{path.stem}.{os.getpid()}.tmp")  # several processes may fill one cache
-        torch.save(stored, tmp)
+        save_file({"features": stored}, str(tmp))
         tmp.replace(path)
         return stored
 

@@ -18,6 +18,8 @@ import time
 from pathlib import Path
 
 import torch
+from safetensors import safe_open
+from safetensors.torch import save_file
 from tqdm.auto import tqdm
 
 from .data import batch_indices, step_generator
@@ -56,7 +58,7 @@ def train(config, task, accelerator) -> dict:
     step = 0
     checkpoint = latest_checkpoint(out) if config.resume else None
     if checkpoint is not None:
-        state = torch.load(checkpoint, map_location="cpu", weights_only=False)
+        state = read_checkpoint(checkpoint)
         task.trainable.load_state_dict(state["model"])
         optimizer.load_state_dict(state["optimizer"])
         task.load_state_dict(state["task"])
@@ -175,9 +177,46 @@ def format_eval(record: dict) -> str:
 # -- checkpoints --------------------------------------------------------------------------------------------
 
 
+# A checkpoint is one safetensors file: tensors under "model.", "optimizer.<param>.<name>" and "task.", and
+# everything else (step, config, optimizer hyper-parameters) as JSON in its metadata. Nothing is pickled.
+
+
 def latest_checkpoint(out: Path) -> Path | None:
-    files = sorted((out / CHECKPOINTS).glob("step-*.pt"))
+    files = sorted((out / CHECKPOINTS).glob("step-*.safetensors"))
     return files[-1] if files else None
+
+
+def _split_optimizer_state(state: dict) -> tuple[dict, dict]:
+    tensors, plain = {}, {}
+    for param, values in state["state"].items():
+        for name, value in values.items():
+            if isinstance(value, torch.Tensor):
+                tensors[f"optimizer.{param}.{name}"] = value
+            else:
+                plain[f"{param}.{name}"] = value
+    return tensors, {"param_groups": state["param_groups"], "scalars": plain}
+
+
+def read_checkpoint(path: Path) -> dict:
+    """The dict ``save_checkpoint`` wrote: ``step``, ``model``, ``optimizer``, ``task``, ``config``."""
+    with safe_open(str(path), framework="pt") as f:
+        meta = json.loads(f.metadata()["dels_hub"])
+        tensors = {key: f.get_tensor(key) for key in f.keys()}
+    sections = {"model": {}, "task": {}}
+    optimizer_state: dict[int, dict] = {}
+    for key, value in tensors.items():
+        section, name = key.split(".", 1)
+        if section == "optimizer":
+            param, entry = name.split(".", 1)
+            optimizer_state.setdefault(int(param), {})[entry] = value
+        else:
+            sections[section][name] = value
+    for key, value in meta["optimizer"]["scalars"].items():
+        param, entry = key.split(".", 1)
+        optimizer_state.setdefault(int(param), {})[entry] = value
+    optimizer = {"state": optimizer_state, "param_groups": meta["optimizer"]["param_groups"]}
+    return {"step": meta["step"], "model": sections["model"], "optimizer": optimizer,
+            "task": {**meta["task"], **sections["task"]}, "config": meta["config"]}
 
 
 def save_checkpoint(out: Path, step: int, task, optimizer, config, accelerator) -> None:
@@ -187,17 +226,24 @@ def save_checkpoint(out: Path, step: int, task, optimizer, config, accelerator) 
     if accelerator.is_main_process:
         folder = out / CHECKPOINTS
         folder.mkdir(parents=True, exist_ok=True)
-        state = {
+        optimizer_tensors, optimizer_meta = _split_optimizer_state(optimizer.state_dict())
+        task_state = task.state_dict()
+        tensors = {f"model.{k}": v for k, v in task.trainable.state_dict().items()}
+        tensors |= optimizer_tensors
+        tensors |= {f"task.{k}": v for k, v in task_state.items() if isinstance(v, torch.Tensor)}
+        meta = {
             "step": step,
-            "model": task.trainable.state_dict(),
-            "optimizer": optimizer.state_dict(),
-            "task": task.state_dict(),
+            "optimizer": optimizer_meta,
+            "task": {k: v for k, v in task_state.items() if not isinstance(v, torch.Tensor)},
             "config": config_dict(config),
         }
-        path = folder / f"step-{step:08d}.pt"
-        torch.save(state, path.with_suffix(".tmp"))
-        os.replace(path.with_suffix(".tmp"), path)
-        for old in sorted(folder.glob("step-*.pt"))[: -config.keep_checkpoints]:
+        path = folder / f"step-{step:08d}.safetensors"
+        tmp = path.with_suffix(".tmp")
+        # clone: safetensors refuses tensors that share storage (tied or viewed parameters)
+        save_file({k: v.detach().cpu().contiguous().clone() for k, v in tensors.items()}, str(tmp),
+                  metadata={"dels_hub": json.dumps(meta, default=str)})
+        os.replace(tmp, path)
+        for old in sorted(folder.glob("step-*.safetensors"))[: -config.keep_checkpoints]:
             old.unlink()
     accelerator.wait_for_everyone()
 

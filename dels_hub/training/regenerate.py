@@ -30,6 +30,7 @@ class RegenerateConfig:
     max_examples: int = _f(0, "regenerate at most this many conversations (0 = all)")
     batch_size: int = _f(8, "conversations answered together")
     max_new_tokens: int = _f(512, "longest regenerated answer")
+    max_answers: int = _f(0, "regenerate at most this many assistant turns per conversation (0 = all)")
     max_prompt_length: int = _f(2048, "stop a conversation at the turn whose prompt exceeds this many tokens")
     temperature: float = _f(0.0, "0 = greedy; > 0 samples at this temperature")
     seed: int = _f(0, "seed of the sampling")
@@ -56,6 +57,9 @@ def regenerate_batch(target, tokenizer, conversations: list[list[dict]], config:
             if turn >= len(conversations[i]):
                 continue
             message = conversations[i][turn]
+            answers = sum(m["role"] == "assistant" for m in results[i])
+            if config.max_answers and answers >= config.max_answers:
+                continue  # this conversation is complete
             if message["role"] != "assistant":
                 results[i].append(message)
             elif any(m["role"] == "user" for m in results[i]):  # an answer before any question is dropped
