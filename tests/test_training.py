@@ -396,3 +396,18 @@ def test_dflash_bf16_with_feature_cache_is_reproducible(files, tmp_path):
     with pytest.raises(RecipeError, match="feature_cache"):
         run(train_dflash_main, add_train_dflash_arguments, output_dir=tmp_path / "third",
             **{**values, "target_layer_ids": [0, 2]})
+
+
+def test_save_dtype_bf16_halves_the_weights_and_keeps_the_prior_exact(files, trained_dflash, tmp_path):
+    from safetensors.torch import load_file
+
+    out = tmp_path / "bf16"
+    run(train_head_main, add_train_head_arguments, tokenizer=files["target"], data=files["train"],
+        eval_data=files["eval"], output_dir=out, max_steps=2, save_dtype="bf16", **SMALL, **HEAD_SIZES)
+    saved = load_file(out / "model.safetensors")
+    assert saved["embed_tokens.weight"].dtype == torch.bfloat16
+    assert saved["unigram_counts"].dtype == torch.float32  # counts above 256 are not exact in bf16
+    generator = DeLSGenerator.from_pretrained(files["target"], trained_dflash, out)
+    prompt = torch.randint(2, 80, (1, 8), generator=torch.Generator().manual_seed(0))
+    expected = make_target("llama").generate(prompt, max_new_tokens=16, do_sample=False)
+    assert torch.equal(generator.generate(prompt, max_new_tokens=16), expected)

@@ -26,6 +26,7 @@ from ..errors import RecipeError
 from ..generation.drafting import context_features
 from .card import write_dflash_card
 from .data import Example, gather_blocks, load_examples, sample_anchors, slot_weights
+from .loop import for_saving
 from .losses import block_loss
 from .masks import attention_mask_for, context_mask, dflash_mask
 from .peek import peeked_forward, reveal_ratios, sample_reveals
@@ -232,7 +233,7 @@ class DFlashTask:
         self.accuracy = state.get("accuracy", self.accuracy)
 
     def save(self, out: Path, config: DFlashTrainConfig, last_eval: dict) -> None:
-        self.drafter.save_pretrained(out)
+        for_saving(self.drafter, config.save_dtype).save_pretrained(out)
         (out / "training_config.json").write_text(json.dumps(config_dict(config), indent=2) + "\n")
         write_dflash_card(out, self.drafter.config, config, last_eval)
 

@@ -19,6 +19,7 @@ from ..families import tokenizer_fingerprint
 from ..heads import DeLSLocalHead, DeLSLocalHeadConfig
 from .card import write_head_card
 from .data import Example, gather_blocks, load_examples, sample_anchors, slot_weights, unigram_counts
+from .loop import for_saving
 from .losses import block_loss
 from .recipe import HeadTrainConfig, add_config_arguments, config_dict, resolve_config, resolve_location
 
@@ -81,7 +82,7 @@ class HeadTask:
         if config.lora_rank:
             head.save_pretrained(out / "adapter")
             head = head.merge_and_unload()
-        head.save_pretrained(out)
+        for_saving(head, config.save_dtype).save_pretrained(out)
         (out / "training_config.json").write_text(json.dumps(config_dict(config), indent=2) + "\n")
         write_head_card(out, head, config, last_eval)
 

@@ -15,6 +15,7 @@ import json
 import math
 import os
 import time
+from copy import deepcopy
 from pathlib import Path
 
 import torch
@@ -166,6 +167,16 @@ def evaluate(model, task, config, accelerator, step: int) -> dict:
         # Greedy acceptance length of a block on teacher-forced context: 1 (the bonus) + accepted drafts.
         "eval_tau": 1.0 + (totals["accepted"] / totals["blocks"].clamp_min(1)).item(),
     }
+
+
+def for_saving(model, save_dtype: str):
+    """``model`` itself for fp32, else a copy whose parameters (not buffers) are cast to bf16."""
+    if save_dtype == "fp32":
+        return model
+    copy = deepcopy(model)
+    for parameter in copy.parameters():
+        parameter.data = parameter.data.to(torch.bfloat16)
+    return copy
 
 
 def format_eval(record: dict) -> str:

@@ -56,6 +56,8 @@ class TrainConfig:
     weight_decay: float = _f(0.0, "AdamW weight decay")
     grad_clip: float = _f(1.0, "clip the global gradient norm (0 = off)")
     precision: str = _f("fp32", "fp32 | bf16 (autocast; master weights stay fp32)")
+    save_dtype: str = _f("fp32", "fp32 | bf16 weights in the saved model (bf16 halves a Hub repo; buffers such as "
+                         "the unigram counts stay fp32)")
     seed: int = _f(42, "seeds the init, the data order, the anchors and the peek reveals")
     # bookkeeping
     log_every: int = _f(10, "steps between loss/tokens-per-second log lines")
@@ -64,7 +66,11 @@ class TrainConfig:
     keep_checkpoints: int = _f(2, "newest checkpoints kept on disk")
 
     def __post_init__(self):
-        choices = {"data_format": ("auto", "chat", "text"), "precision": ("fp32", "bf16")}
+        choices = {
+            "data_format": ("auto", "chat", "text"),
+            "precision": ("fp32", "bf16"),
+            "save_dtype": ("fp32", "bf16"),
+        }
         for name, allowed in choices.items():
             if getattr(self, name) not in allowed:
                 raise RecipeError(f"`{name}` must be one of {allowed}, got {getattr(self, name)!r}")
