@@ -5,7 +5,7 @@ from transformers import AutoConfig, AutoModel
 from . import errors
 from .checks import check_compatibility
 from .dflash import DFlashConfig, DFlashDraftModel, build_target_layer_ids
-from .families import tokenizer_fingerprint
+from .families import FAMILIES, TokenizerFamily, family_of, get_family, tokenizer_fingerprint
 from .fusion import fuse_logits, fusion_weights
 from .generation import DeLSGenerateOutput, DeLSGenerator
 from .heads import DeLSLocalHead, DeLSLocalHeadConfig
@@ -24,12 +24,16 @@ __all__ = [
     "DeLSGenerator",
     "DeLSLocalHead",
     "DeLSLocalHeadConfig",
+    "FAMILIES",
+    "TokenizerFamily",
     "Warping",
     "build_target_layer_ids",
     "check_compatibility",
     "errors",
+    "family_of",
     "fuse_logits",
     "fusion_weights",
+    "get_family",
     "sample",
     "tokenizer_fingerprint",
     "verify_greedy",

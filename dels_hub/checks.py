@@ -56,29 +56,33 @@ def check_dflash(target, drafter) -> None:
 
 
 def check_head(target, head, tokenizer) -> None:
-    """The head must speak the target tokenizer's ids: same family fingerprint, vocabulary within the rows."""
+    """The head must speak the target tokenizer's ids: same family fingerprint, vocabulary within the rows.
+
+    The family is checked first (a head of another family is the clearest diagnosis), then the vocabulary
+    size, which needs no tokenizer; only then is a missing tokenizer an error of its own.
+    """
+    expected = head.config.tokenizer_fingerprint
+    if expected and tokenizer is not None:
+        actual = tokenizer_fingerprint(tokenizer)
+        if (actual["vocab_size"], actual["sha256"]) != (expected["vocab_size"], expected["sha256"]):
+            family = expected.get("family", "unknown")
+            raise IncompatibleTokenizerError(
+                f"the local head was trained for tokenizer family '{family}' (vocab {expected['vocab_size']}, "
+                f"sha256 {expected['sha256'][:12]}) but the target tokenizer is vocab {actual['vocab_size']}, "
+                f"sha256 {actual['sha256'][:12]}: use a head trained for the target's tokenizer family"
+            )
     rows = embedding_rows(target)
     if head.config.vocab_size > rows:
         raise VocabSizeMismatchError(
             f"local head vocab_size {head.config.vocab_size} > target embedding rows {rows}; "
             "the head predicts ids the target cannot verify"
         )
-    expected = head.config.tokenizer_fingerprint
     if not expected:
         logger.warning("The local head carries no tokenizer_fingerprint; its tokenizer family cannot be checked.")
-        return
-    if tokenizer is None:
+    elif tokenizer is None:
         raise MissingTokenizerError(
             "a local head was given but no tokenizer was found to check its tokenizer family: pass "
             "tokenizer=... to DeLSGenerator.from_pretrained (needed when the target is an in-memory model)"
-        )
-    actual = tokenizer_fingerprint(tokenizer)
-    if (actual["vocab_size"], actual["sha256"]) != (expected["vocab_size"], expected["sha256"]):
-        family = expected.get("family", "unknown")
-        raise IncompatibleTokenizerError(
-            f"the local head was trained for tokenizer family '{family}' (vocab {expected['vocab_size']}, "
-            f"sha256 {expected['sha256'][:12]}) but the target tokenizer is vocab {actual['vocab_size']}, "
-            f"sha256 {actual['sha256'][:12]}: use a head trained for the target's tokenizer family"
         )
 
 

