@@ -83,3 +83,7 @@ class RepoCardError(DeLSError):
 
 class RepoCheckError(DeLSError):
     """A staged repo is not fit to publish: no card, pickled weights, or it does not load."""
+
+
+class AdapterError(DeLSError):
+    """A PEFT adapter of a local head names no base head, or does not apply to it."""

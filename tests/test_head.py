@@ -111,3 +111,36 @@ def test_peft_lora_reaches_the_gru_gates():
     model = get_peft_model(head, LoraConfig(r=2, target_modules=["input_gates", "hidden_gates", "rank_proj"]))
     names = [name for name, _ in model.named_modules() if name.endswith("lora_A")]
     assert any("input_gates" in n for n in names) and any("hidden_gates" in n for n in names)
+
+
+def test_peft_adapter_repo_resolves_its_base_head_and_generates_exactly(tmp_path):
+    from peft import LoraConfig, get_peft_model
+
+    from dels_hub import DeLSGenerator
+    from dels_hub.generation.loading import load_head
+
+    from conftest import make_dflash, make_target
+
+    tokenizer = make_tokenizer()
+    base = make_head(tokenizer)
+    base.save_pretrained(tmp_path / "base")
+    base = DeLSLocalHead.from_pretrained(tmp_path / "base")  # name_or_path is what PEFT records as the base
+    adapted = get_peft_model(base, LoraConfig(r=2, target_modules=["input_gates", "hidden_gates", "rank_proj"]))
+    with torch.no_grad():  # a trained-looking adapter: LoRA B starts at zero, which would change nothing
+        for name, param in adapted.named_parameters():
+            if "lora_B" in name:
+                param.normal_(0, 0.5)
+    adapted.save_pretrained(tmp_path / "adapter")
+    config = json.loads((tmp_path / "adapter" / "adapter_config.json").read_text())
+    assert config["base_model_name_or_path"] == str(tmp_path / "base")
+
+    loaded = load_head(str(tmp_path / "adapter"))
+    ids = torch.tensor([[1, 2, 3, 4]])
+    assert torch.allclose(loaded(ids), adapted(ids), atol=1e-5)
+    assert not torch.allclose(loaded(ids), DeLSLocalHead.from_pretrained(tmp_path / "base")(ids), atol=1e-3)
+
+    target = make_target("qwen3")
+    generator = DeLSGenerator.from_pretrained(target, make_dflash(8), str(tmp_path / "adapter"), tokenizer=tokenizer)
+    prompt = torch.randint(0, 90, (1, 6), generator=torch.Generator().manual_seed(0))
+    assert torch.equal(generator.generate(prompt, max_new_tokens=20),
+                       target.generate(prompt, max_new_tokens=20, do_sample=False))

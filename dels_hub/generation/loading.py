@@ -1,12 +1,14 @@
 """Resolve the three parts from Hub ids, local paths or loaded models; weights load strictly."""
 
+import json
 import os
 
 import torch
 from transformers import AutoModelForCausalLM, AutoTokenizer
+from transformers.utils import find_adapter_config_file
 
 from ..dflash import DFlashDraftModel
-from ..errors import CheckpointKeysError
+from ..errors import AdapterError, CheckpointKeysError
 from ..heads import DeLSLocalHead
 
 
@@ -37,9 +39,24 @@ def load_dflash(dflash, dtype=None):
 
 
 def load_head(head, dtype=None):
+    """A head repo, or a PEFT adapter repo over one: the base head named by its ``base_model_name_or_path``
+    is loaded strictly and the adapter merged in, so the loop runs a plain head."""
     if head is None or not isinstance(head, (str, os.PathLike)):
         return head
-    return load_strict(DeLSLocalHead, str(head), "local head", dtype=dtype or torch.float32)
+    dtype = dtype or torch.float32
+    adapter_config = find_adapter_config_file(str(head))
+    if adapter_config is None:
+        return load_strict(DeLSLocalHead, str(head), "local head", dtype=dtype)
+    from peft import PeftModel
+
+    base = json.loads(open(adapter_config, encoding="utf-8").read()).get("base_model_name_or_path")
+    if not base:
+        raise AdapterError(f"adapter {str(head)!r} has no base_model_name_or_path (the base head's id or path)")
+    base_head = load_strict(DeLSLocalHead, base, f"base head of adapter {str(head)!r}", dtype=dtype)
+    try:
+        return PeftModel.from_pretrained(base_head, str(head)).merge_and_unload()
+    except (KeyError, RuntimeError, ValueError) as error:
+        raise AdapterError(f"adapter {str(head)!r} does not apply to its base head {base!r}: {error}") from error
 
 
 def load_tokenizer(target, tokenizer, **target_kwargs):
