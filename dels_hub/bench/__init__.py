@@ -6,6 +6,7 @@ subcommand is ``add_bench_arguments(parser)`` + ``bench_main(args)``.
 
 from ..errors import BenchArgumentError, DatasetFileError, DatasetUnavailableError, UnknownDatasetError
 from .cli import add_bench_arguments, bench_main
+from .fusion_tuning import replay_acceptance, tune_fusion
 from .prompts import Prompt, load_prompts, sharegpt_split
 from .report import markdown_table
 from .runner import BenchSettings, GreedyMismatchWarning, run_bench
@@ -22,6 +23,8 @@ __all__ = [
     "bench_main",
     "load_prompts",
     "markdown_table",
+    "replay_acceptance",
     "run_bench",
     "sharegpt_split",
+    "tune_fusion",
 ]

@@ -1,0 +1,43 @@
+"""Fusion-weight tuning by replay: it must reproduce the loop's own greedy acceptance lengths."""
+
+import torch
+
+from dels_hub import DeLSGenerator
+from dels_hub.bench.fusion_tuning import replay_acceptance, tune_fusion
+
+from conftest import make_dflash, make_head, make_target, make_tokenizer
+
+VOCAB = 12
+
+
+def test_replay_equals_the_loop_acceptance_lengths():
+    tokenizer = make_tokenizer(VOCAB - 2)
+    target = make_target("qwen3", vocab=VOCAB)
+    drafter = make_dflash(8, VOCAB - 1, vocab=VOCAB, seed=5)
+    head = make_head(tokenizer, vocab=VOCAB - 2)
+    generator = torch.Generator().manual_seed(123)
+    compared = 0
+    for alpha, beta, with_head in [(0.5, 0.3, True), (1.5, 0.0, True), (0.0, 0.0, False)]:
+        dels = DeLSGenerator(target, drafter, head if with_head else None, tokenizer, alpha=alpha, beta=beta)
+        for _ in range(4):
+            prompt = torch.randint(0, VOCAB - 2, (1, 6), generator=generator)
+            out = dels.generate(prompt, max_new_tokens=40, return_dict_in_generate=True)
+            replayed = replay_acceptance(target, drafter, head if with_head else None, out.sequences, prompt.shape[1],
+                                         alpha, beta)
+            assert replayed == out.acceptance_lengths
+            compared += len(replayed)
+    assert compared > 50
+
+
+def test_tune_fusion_ranks_the_grid():
+    tokenizer = make_tokenizer(VOCAB - 2)
+    target = make_target("llama", vocab=VOCAB)
+    drafter = make_dflash(4, VOCAB - 1, vocab=VOCAB, seed=5)
+    head = make_head(tokenizer, vocab=VOCAB - 2)
+    sequences = []
+    for seed in range(3):
+        prompt = torch.randint(0, VOCAB - 2, (1, 5), generator=torch.Generator().manual_seed(seed))
+        sequences.append((target.generate(prompt, max_new_tokens=24, do_sample=False), prompt.shape[1]))
+    results = tune_fusion(target, drafter, head, sequences, alphas=[0.0, 0.5, 2.0], betas=[0.0, 0.3])
+    assert len(results) == 6 and all(1.0 <= r["tau"] <= 4.0 for r in results)
+    assert [r["tau"] for r in results] == sorted((r["tau"] for r in results), reverse=True)
