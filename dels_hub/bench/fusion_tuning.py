@@ -19,8 +19,10 @@ from ..sampling import Warping
 
 
 @torch.inference_mode()
-def replay_acceptance(target, drafter, head, sequence: torch.Tensor, prompt_len: int, alpha, beta,
-                      block_size: int | None = None, pure_prefix_len: int = 1, _cache: dict | None = None) -> list[int]:
+def replay_acceptance(
+    target, drafter, head, sequence: torch.Tensor, prompt_len: int, alpha, beta,
+    block_size: int | None = None, pure_prefix_len: int = 1, _cache: dict | None = None,
+) -> list[int]:
     """Acceptance lengths of greedy DeLS (``head=None``: DFlash only) decoding ``sequence [1, N]``, whose
     tokens after ``prompt_len`` are the target's greedy continuation. ``_cache`` memoizes drafter logits per
     anchor across calls on the same sequence."""
