@@ -21,6 +21,8 @@ def propose(
     log_prior: torch.Tensor | None = None,
     alpha: torch.Tensor | None = None,
     beta: torch.Tensor | None = None,
+    drafts: torch.Tensor | None = None,
+    q: torch.Tensor | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor | None]:
     """Draft the k = bs - 1 tokens of a block.
 
@@ -29,16 +31,28 @@ def propose(
         anchor: ``[1]`` the block's anchor (the last committed token); the head reads it first.
         head, log_prior, alpha, beta: the local head, its ``[V_head]`` log-prior and ``[k]`` fusion weights;
             ``head=None`` drafts from DFlash alone (all slots at once).
+        drafts, q: optional preallocated ``[k]`` / ``[k, V]`` outputs, written in place (the static loop's
+            buffers); allocated here when None. The random draws are the same either way.
 
     Returns:
         ``(drafts [k], q [k, V] or None)``: q, the warped draft distributions the drafts were sampled from,
         is None when greedy.
     """
-    if head is None:
-        return choose(dflash_logits, warping, generator)
     k = dflash_logits.shape[0]
-    drafts = torch.empty(k, dtype=torch.long, device=dflash_logits.device)
-    q = None if warping.greedy else torch.empty(dflash_logits.shape, dtype=torch.float32, device=dflash_logits.device)
+    if head is None:
+        ids, probs = choose(dflash_logits, warping, generator)
+        if drafts is None:
+            return ids, probs
+        drafts.copy_(ids)
+        if probs is not None and q is not None:
+            probs = q.copy_(probs)
+        return drafts, probs
+    if drafts is None:
+        drafts = torch.empty(k, dtype=torch.long, device=dflash_logits.device)
+    if warping.greedy:
+        q = None
+    elif q is None:
+        q = torch.empty(dflash_logits.shape, dtype=torch.float32, device=dflash_logits.device)
     # The head's state starts from zero at every block and reads the anchor then each draft as it is chosen.
     state = head.initial_state(1)
     head_logits, state = head.step(anchor, state)

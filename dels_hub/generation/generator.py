@@ -9,6 +9,7 @@ from ..checks import check_compatibility
 from ..errors import BlockSizeError, GenerationArgumentError, UnsupportedInputError
 from ..fusion import fusion_weights
 from ..sampling import Warping
+from .fast_loop import fast_path_supported, fast_speculative_decode
 from .loading import load_dflash, load_head, load_target, load_tokenizer
 from .loop import Verifiers, speculative_decode
 from .output import DeLSGenerateOutput
@@ -50,6 +51,9 @@ class DeLSGenerator:
         # Validate the schedules now, not at the first generate call.
         fusion_weights(self.alpha, self.beta, self.pure_prefix_len, self.block_size - 1)
         self.verifiers = Verifiers()
+        # Opt-in: compile the static loop's verify forward (CUDA graphs on CUDA). Off until measured on a GPU.
+        self.compile = False
+        self._workspace: dict = {}  # the static loop's reusable target cache (graphs replay against it)
 
     @classmethod
     def from_pretrained(
@@ -110,6 +114,7 @@ class DeLSGenerator:
         block_size: int | None = None,
         alpha=None,
         beta=None,
+        fast: bool | None = None,
         **kwargs,
     ):
         """Drop-in for ``target.generate``: returns ``LongTensor [1, prompt + new]``, or a
@@ -119,6 +124,10 @@ class DeLSGenerator:
         ``top_p``, ``eos_token_id``, ``pad_token_id``, ...) come from ``kwargs``, then ``generation_config``,
         then the target's generation config, then transformers' defaults. Greedy output equals the target's
         greedy output; sampled output is distributed as the target's own sampling.
+
+        ``fast``: None picks the static-cache loop when the target allows it (``fast_path_supported``),
+        False forces the DynamicCache loop, True forces the static one (and fails if it cannot run).
+        Both give the same tokens.
         """
         input_ids = self._validate_input(input_ids, attention_mask)
         config = self._merge_generation_config(generation_config, kwargs)
@@ -135,7 +144,8 @@ class DeLSGenerator:
         )
         if generator is None and seed is not None:
             generator = torch.Generator(device=self.device).manual_seed(seed)
-        result = speculative_decode(
+        decode = fast_speculative_decode if self._use_fast_path(fast) else speculative_decode
+        result = decode(
             self.target,
             self.drafter,
             input_ids,
@@ -149,6 +159,7 @@ class DeLSGenerator:
             generator=generator,
             verifiers=self.verifiers,
             streamer=streamer,
+            **({"compile": self.compile, "workspace": self._workspace} if decode is fast_speculative_decode else {}),
         )
         if not (return_dict_in_generate or config.return_dict_in_generate):
             return result.sequences
@@ -221,6 +232,12 @@ class DeLSGenerator:
         if config.top_k < 0:
             raise GenerationArgumentError(f"top_k must be >= 0, got {config.top_k}")
         return Warping(temperature=float(config.temperature), top_k=int(config.top_k), top_p=float(config.top_p))
+
+    def _use_fast_path(self, fast: bool | None) -> bool:
+        reason = fast_path_supported(self.target)
+        if fast and reason is not None:
+            raise GenerationArgumentError(f"fast=True but the static-cache loop cannot run this target: {reason}")
+        return reason is None if fast is None else fast
 
     def _block_size(self, block_size: int | None) -> int:
         if block_size is None:

@@ -1,0 +1,90 @@
+"""Preallocated KV caches for the fast loop: sized once per ``generate`` call, rolled back by a pointer.
+
+Both classes are duck-typed caches (``update(key, value, layer_idx, ...)``), not ``transformers.Cache``
+subclasses: transformers' ``StaticCache`` writes at its own per-layer ``cumulative_length`` counters and
+has no ``crop`` in 5.17 (it has an in-place one in 5.24), and its mask path reads that counter with a
+host sync on every call. Here the loop says where to write and passes its own 4D mask, so the same code
+runs unchanged on transformers 5.17 and 5.24.
+"""
+
+import torch
+
+
+class StaticTargetCache:
+    """Target KV cache: ``[1, kv_heads, max_len, head_dim]`` per layer; slot index == absolute position.
+
+    Before each forward the loop sets ``write_positions`` (``[T]`` device ids, a view of one arange) and
+    passes ``causal_mask`` of those positions; ``update`` writes there and returns the whole buffer.
+    Stale slots beyond the query positions stay masked until overwritten, so rollback is free.
+    """
+
+    def __init__(self, max_len: int, num_layers: int, device, dtype):
+        self.max_len = max_len
+        self.num_layers = num_layers
+        self.device, self.dtype = torch.device(device), dtype
+        self.keys: list[torch.Tensor | None] = [None] * num_layers
+        self.values: list[torch.Tensor | None] = [None] * num_layers
+        self.write_positions: torch.Tensor | None = None
+
+    def update(self, key: torch.Tensor, value: torch.Tensor, layer_idx: int, *args, **kwargs):
+        """``key``/``value [1, kv_heads, T, head_dim]`` -> the full ``[1, kv_heads, max_len, head_dim]`` buffers."""
+        if self.keys[layer_idx] is None:  # first (prefill) call: shapes come from the model itself
+            shape = (key.shape[0], key.shape[1], self.max_len, key.shape[-1])
+            self.keys[layer_idx] = key.new_zeros(shape)
+            self.values[layer_idx] = value.new_zeros(shape[:-1] + (value.shape[-1],))
+        keys, values = self.keys[layer_idx], self.values[layer_idx]
+        keys.index_copy_(2, self.write_positions, key)
+        values.index_copy_(2, self.write_positions, value)
+        return keys, values
+
+    def get_seq_length(self, layer_idx: int = 0) -> int:
+        # Only reached when a model computes its own positions; the fast loop always passes position_ids.
+        raise NotImplementedError("StaticTargetCache has no length of its own; pass position_ids")
+
+
+def causal_mask(kv_index: torch.Tensor, positions: torch.Tensor, dtype, attn_implementation: str) -> torch.Tensor:
+    """The ``[1, 1, T, max_len]`` mask of queries at ``positions [T]`` over key slots ``kv_index [max_len]``.
+
+    Slot j is visible to the query at position p iff j <= p, which also hides every stale slot past p.
+    sdpa takes a boolean mask (True = attend); eager adds a float one (0 or the dtype's minimum). Built per
+    call from the positions (O(T x max_len)), never as a max_len x max_len table.
+    """
+    allowed = (kv_index.unsqueeze(0) <= positions.unsqueeze(1))[None, None]
+    if attn_implementation == "sdpa":
+        return allowed
+    return torch.zeros((), dtype=dtype, device=kv_index.device).masked_fill(~allowed, torch.finfo(dtype).min)
+
+
+class StaticDraftCache:
+    """Drafter KV cache: context keys/values at ``[0, length)``, the current block written after them.
+
+    ``update`` appends at ``length`` (a host int) and returns the valid prefix, which the DFlash attention
+    reads in full (non-causally); ``crop(n)`` moves the pointer back, so the block written by the last
+    forward is overwritten by the next one. Keys and values are the same as a ``DynamicCache``'s, in the
+    same order, so the drafts are bit-identical to the eager loop's.
+    """
+
+    def __init__(self, max_len: int, num_layers: int):
+        self.max_len = max_len
+        self.length = 0  # committed context slots, shared by every layer
+        self.keys: list[torch.Tensor | None] = [None] * num_layers
+        self.values: list[torch.Tensor | None] = [None] * num_layers
+
+    def update(self, key: torch.Tensor, value: torch.Tensor, layer_idx: int, *args, **kwargs):
+        if self.keys[layer_idx] is None:
+            shape = (key.shape[0], key.shape[1], self.max_len, key.shape[-1])
+            self.keys[layer_idx] = key.new_zeros(shape)
+            self.values[layer_idx] = value.new_zeros(shape[:-1] + (value.shape[-1],))
+        end = self.length + key.shape[2]
+        assert end <= self.max_len, (end, self.max_len)
+        keys, values = self.keys[layer_idx], self.values[layer_idx]
+        keys[:, :, self.length : end] = key
+        values[:, :, self.length : end] = value
+        return keys[:, :, :end], values[:, :, :end]
+
+    def get_seq_length(self, layer_idx: int = 0) -> int:
+        return self.length
+
+    def crop(self, length: int) -> None:
+        """Keep slots ``[0, length)``: nothing is freed or copied."""
+        self.length = length

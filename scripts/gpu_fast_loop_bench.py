@@ -1,0 +1,320 @@
+"""Time the static-cache loop against the eager DynamicCache loop and target-alone decoding (issue 7).
+
+One self-contained call for the GPU machine (torch + transformers + dels_hub only, no downloads):
+Qwen3-4B- and 8B-shaped targets with random bf16 weights, a matching 5-layer DFlash drafter and a local
+head. An oracle verifier accepts exactly k drafts per block, so the acceptance length is controlled
+(k = 1, 4, 8, 15 at block size 16). Per block it reports verify, draft, head and overhead (CUDA events;
+perf_counter on CPU), tokens/s of both loops and of the target alone, and writes everything as JSON.
+
+    python scripts/gpu_fast_loop_bench.py                       # H200: both shapes, full depth
+    python scripts/gpu_fast_loop_bench.py --layers 8            # shallower targets, a quick pass
+    python scripts/gpu_fast_loop_bench.py --smoke               # tiny shapes, runs on CPU in seconds
+"""
+
+import argparse
+import json
+import statistics
+import time
+from contextlib import contextmanager
+
+import torch
+import transformers
+from transformers import Qwen3Config, Qwen3ForCausalLM
+
+from dels_hub import DeLSGenerator, DeLSLocalHead, DeLSLocalHeadConfig, DFlashConfig, DFlashDraftModel
+from dels_hub.generation import fast_loop, loop
+from dels_hub.generation.fast_loop import fast_path_supported
+
+# Published Qwen3 shapes (config.json of Qwen/Qwen3-4B and Qwen/Qwen3-8B).
+SHAPES = {
+    "qwen3-4b": dict(hidden_size=2560, intermediate_size=9728, num_hidden_layers=36, num_attention_heads=32,
+                     num_key_value_heads=8, head_dim=128, vocab_size=151936, tie_word_embeddings=True),
+    "qwen3-8b": dict(hidden_size=4096, intermediate_size=12288, num_hidden_layers=36, num_attention_heads=32,
+                     num_key_value_heads=8, head_dim=128, vocab_size=151936, tie_word_embeddings=False),
+    "smoke": dict(hidden_size=64, intermediate_size=128, num_hidden_layers=4, num_attention_heads=4,
+                  num_key_value_heads=2, head_dim=16, vocab_size=512, tie_word_embeddings=False),
+}
+
+
+def build(shape: dict, layers: int | None, block_size: int, device, dtype):
+    """Random target, 5-layer drafter and local head, all on ``device`` in ``dtype``."""
+    shape = dict(shape, num_hidden_layers=layers or shape["num_hidden_layers"])
+    default_dtype = torch.get_default_dtype()
+    torch.set_default_dtype(dtype)
+    try:
+        with torch.device(device):
+            target = Qwen3ForCausalLM(Qwen3Config(max_position_embeddings=4096, rope_theta=1e6, **shape))
+            drafter = DFlashDraftModel(DFlashConfig(
+                vocab_size=shape["vocab_size"], hidden_size=shape["hidden_size"],
+                intermediate_size=shape["intermediate_size"], num_hidden_layers=5,
+                num_attention_heads=shape["num_attention_heads"], num_key_value_heads=shape["num_key_value_heads"],
+                head_dim=shape["head_dim"], rope_theta=1e6, max_position_embeddings=4096, block_size=block_size,
+                num_target_layers=shape["num_hidden_layers"],
+                dflash_config={"mask_token_id": shape["vocab_size"] - 1},
+            ))
+            head = DeLSLocalHead(DeLSLocalHeadConfig(vocab_size=shape["vocab_size"], block_size=block_size))
+            with torch.no_grad():  # a "trained-like" head, so the fusion does real work
+                head.output_proj.weight.normal_(0.0, 0.02)
+    finally:
+        torch.set_default_dtype(default_dtype)
+    target.generation_config.eos_token_id = None  # random weights: never stop early
+    target.generation_config.pad_token_id = 0
+    return target.eval(), drafter.eval(), head.eval()
+
+
+def oracle(k: int, device):
+    """A greedy verifier that accepts exactly min(k, drafts) drafts (the commit content is the target argmax)."""
+    accepted = torch.tensor(k, device=device)
+
+    def verify(draft_ids, target_logits):
+        return target_logits.argmax(-1), accepted.clamp_max(draft_ids.shape[0])
+
+    return verify
+
+
+class Sections:
+    """Wall time of labelled calls, CUDA events on GPU (read after one sync at the end), else perf_counter."""
+
+    def __init__(self, device):
+        self.cuda = torch.device(device).type == "cuda"
+        self.spans: dict[str, list] = {}
+        self.depth = 0
+
+    def wrap(self, label, function):
+        def timed(*args, **kwargs):
+            if self.depth:  # nested (lm_head inside the target): counted by the outer section
+                return function(*args, **kwargs)
+            self.depth += 1
+            begin = torch.cuda.Event(enable_timing=True) if self.cuda else time.perf_counter()
+            if self.cuda:
+                begin.record()
+            try:
+                return function(*args, **kwargs)
+            finally:
+                if self.cuda:
+                    end = torch.cuda.Event(enable_timing=True)
+                    end.record()
+                else:
+                    end = time.perf_counter()
+                self.spans.setdefault(label, []).append((begin, end))
+                self.depth -= 1
+
+        return timed
+
+    def seconds(self, label, skip=0) -> float:
+        if self.cuda:
+            torch.cuda.synchronize()
+            return sum(b.elapsed_time(e) / 1e3 for b, e in self.spans.get(label, [])[skip:])
+        return sum(e - b for b, e in self.spans.get(label, [])[skip:])
+
+
+class Timed:
+    """A module stand-in that times its calls and forwards every attribute (``out_features``...) to the module."""
+
+    def __init__(self, module, timed_call):
+        self.module, self.timed_call = module, timed_call
+
+    def __call__(self, *args, **kwargs):
+        return self.timed_call(*args, **kwargs)
+
+    def __getattr__(self, name):
+        return getattr(self.module, name)
+
+
+@contextmanager
+def instrumented(generator, sections: Sections):
+    """Time target forwards (verify; the first is the prefill), drafter + lm_head (draft) and the head loop.
+
+    The loops' own lm_head (from ``get_output_embeddings``) is swapped for a timed stand-in; the module
+    itself is untouched, so the target's compiled graph stays valid. With ``generator.compile`` the compiled
+    verify step is timed from outside (a timer inside the target would break its graph) and the eager
+    prefill is not timed.
+    """
+    target, drafter, lm_head = generator.target, generator.drafter, generator.target.get_output_embeddings()
+    saved = (fast_loop.propose, loop.propose, fast_loop.compiled_verify_step)
+    if generator.compile:
+        fast_loop.compiled_verify_step = lambda device: sections.wrap("verify", saved[2](device))
+    else:
+        target.forward = sections.wrap("verify", target.forward)
+    drafter.forward = sections.wrap("draft", drafter.forward)
+    timed_lm_head = Timed(lm_head, sections.wrap("draft", lm_head))
+    target.get_output_embeddings = lambda: timed_lm_head
+    fast_loop.propose = sections.wrap("head", fast_loop.propose)
+    loop.propose = sections.wrap("head", loop.propose)
+    try:
+        yield
+    finally:
+        del target.get_output_embeddings, drafter.forward
+        if not generator.compile:
+            del target.forward
+        fast_loop.propose, loop.propose, fast_loop.compiled_verify_step = saved
+
+
+def run_loop(generator, input_ids, new_tokens, block_size, fast):
+    out = generator.generate(input_ids, max_new_tokens=new_tokens, block_size=block_size, fast=fast,
+                             return_dict_in_generate=True, eos_token_id=None)
+    blocks = len(out.acceptance_lengths)
+    return out, out.decode_seconds / blocks, (out.num_new_tokens - 1) / out.decode_seconds
+
+
+def measure(generator, prompts, new_tokens, block_size, fast, repeats):
+    """Median block time and decode tokens/s over prompts x repeats, after discarded warm-up runs (three when
+    compiled: compilation, the CUDA-graph warm-up run, the recording)."""
+    for _ in range(3 if generator.compile else 1):
+        run_loop(generator, prompts[0], new_tokens, block_size, fast)
+    block_times, rates, tau = [], [], []
+    for _ in range(repeats):
+        for input_ids in prompts:
+            out, block_time, rate = run_loop(generator, input_ids, new_tokens, block_size, fast)
+            block_times.append(block_time)
+            rates.append(rate)
+            tau.append(out.tau)
+    return dict(block_ms=1e3 * statistics.median(block_times), tokens_per_s=statistics.median(rates),
+                tau=statistics.mean(tau))
+
+
+def breakdown(generator, input_ids, new_tokens, block_size, fast):
+    """Per-block verify / draft / head / overhead (ms) from one instrumented run."""
+    sections = Sections(generator.device)
+    with instrumented(generator, sections):
+        out, block_time, _ = run_loop(generator, input_ids, new_tokens, block_size, fast)
+    blocks = len(out.acceptance_lengths)
+    skip_prefill = 0 if generator.compile else 1
+    parts = {label: 1e3 * sections.seconds(label, skip=skip_prefill if label == "verify" else 0) / blocks
+             for label in ("verify", "draft", "head")}
+    parts["block"] = 1e3 * block_time
+    parts["overhead"] = parts["block"] - parts["verify"] - parts["draft"] - parts["head"]
+    return parts
+
+
+def target_alone(target, prompts, new_tokens, repeats):
+    """Plain ``target.generate`` greedy decoding (DynamicCache), decode tokens/s excluding the prefill."""
+    def timed(input_ids, count):
+        if torch.device(target.device).type == "cuda":
+            torch.cuda.synchronize()
+        began = time.perf_counter()
+        target.generate(input_ids, max_new_tokens=count, do_sample=False)
+        if torch.device(target.device).type == "cuda":
+            torch.cuda.synchronize()
+        return time.perf_counter() - began
+
+    timed(prompts[0], new_tokens)
+    rates = []
+    for _ in range(repeats):
+        for input_ids in prompts:
+            rates.append((new_tokens - 1) / (timed(input_ids, new_tokens) - timed(input_ids, 1)))
+    return dict(tokens_per_s=statistics.median(rates))
+
+
+def variants(args):
+    """(label, fast, compiled): the eager DynamicCache loop first (the reference of every speedup)."""
+    rows = [("eager", False, False), ("fast", True, False)]
+    return rows + [("graphs", True, True)] if args.compile else rows
+
+
+def bench_shape(name, args, device, dtype):
+    block_size = args.block_size
+    target, drafter, head = build(SHAPES[name], args.layers, block_size, device, dtype)
+    generator = DeLSGenerator(target, drafter, head)
+    vocab = SHAPES[name]["vocab_size"]
+    rng = torch.Generator().manual_seed(0)
+    prompts = [torch.randint(0, vocab - 2, (1, args.prompt_len), generator=rng).to(device)
+               for _ in range(args.prompts)]
+    result = {"shape": name, "layers": target.config.num_hidden_layers,
+              "fast_path": fast_path_supported(target) or "ok"}
+
+    # Exactness on this machine: the real greedy verifier, both loops, the same tokens?
+    out_fast = generator.generate(prompts[0], max_new_tokens=32, fast=True, eos_token_id=None)
+    out_eager = generator.generate(prompts[0], max_new_tokens=32, fast=False, eos_token_id=None)
+    result["fast_equals_eager_greedy"] = bool(torch.equal(out_fast, out_eager))
+
+    rows = []
+    for k in args.ks:
+        generator.verifiers.greedy = oracle(k, device)
+        row = {"k": k}
+        for label, fast, compiled in variants(args):
+            generator.compile = compiled
+            row[label] = measure(generator, prompts, args.new_tokens, block_size, fast, args.repeats)
+            row[label]["parts_ms"] = breakdown(generator, prompts[0], args.new_tokens, block_size, fast)
+            row[label]["block_speedup"] = row["eager"]["block_ms"] / row[label]["block_ms"]
+        generator.compile = False
+        rows.append(row)
+    generator.verifiers.greedy = loop.Verifiers.greedy
+    result["rows"] = rows
+    result["loop_block_size_1"] = {
+        label: measure(generator, prompts, args.new_tokens, 1, fast, args.repeats)
+        for label, fast in (("fast", True), ("eager", False))
+    }
+    result["target_generate"] = target_alone(target, prompts, args.new_tokens, args.repeats)
+    del target, drafter, head, generator
+    if torch.device(device).type == "cuda":
+        result["peak_memory_gib"] = torch.cuda.max_memory_allocated() / 2**30
+        torch.cuda.empty_cache()
+        torch.cuda.reset_peak_memory_stats()
+    return result
+
+
+def print_table(result):
+    base = result["target_generate"]["tokens_per_s"]
+    print(f"\n== {result['shape']} ({result['layers']} layers), fast path: {result['fast_path']}, "
+          f"fast == eager greedy: {result['fast_equals_eager_greedy']}")
+    print(f"target.generate: {base:.1f} tok/s; loop at block size 1: fast "
+          f"{result['loop_block_size_1']['fast']['tokens_per_s']:.1f}, eager "
+          f"{result['loop_block_size_1']['eager']['tokens_per_s']:.1f} tok/s")
+    header = (f"{'k':>3} {'path':>6} {'block ms':>9} {'verify':>7} {'draft':>7} {'head':>7} {'overhd':>7} "
+              f"{'head %':>7} {'ovh %':>6} {'tok/s':>8} {'vs tgt':>7} {'vs eag':>7}")
+    print(header)
+    for row in result["rows"]:
+        for label in [key for key in row if isinstance(row[key], dict)]:
+            data, parts = row[label], row[label]["parts_ms"]
+            print(f"{row['k']:>3} {label:>6} {data['block_ms']:>9.2f} {parts['verify']:>7.2f} {parts['draft']:>7.2f} "
+                  f"{parts['head']:>7.2f} {parts['overhead']:>7.2f} {100 * parts['head'] / parts['block']:>6.1f}% "
+                  f"{100 * parts['overhead'] / parts['block']:>5.1f}% {data['tokens_per_s']:>8.1f} "
+                  f"{data['tokens_per_s'] / base:>6.2f}x {data['block_speedup']:>6.2f}x")
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--smoke", action="store_true", help="tiny shapes (CPU-friendly); checks the script runs")
+    parser.add_argument("--shapes", nargs="+", default=None, help="subset of " + ", ".join(SHAPES))
+    parser.add_argument("--layers", type=int, default=None, help="override the target layer count (quick pass)")
+    parser.add_argument("--ks", type=int, nargs="+", default=[1, 4, 8, 15], help="forced acceptance lengths")
+    parser.add_argument("--block-size", type=int, default=16)
+    parser.add_argument("--prompt-len", type=int, default=64)
+    parser.add_argument("--prompts", type=int, default=2)
+    parser.add_argument("--new-tokens", type=int, default=128)
+    parser.add_argument("--repeats", type=int, default=2)
+    parser.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
+    parser.add_argument("--json", default="fast_loop_bench.json")
+    parser.add_argument("--compile", action=argparse.BooleanOptionalAction, default=None,
+                        help="also time the static loop with its verify compiled (default: on CUDA only)")
+    args = parser.parse_args()
+    if args.smoke:
+        args.shapes = args.shapes or ["smoke"]
+        args.new_tokens, args.prompt_len, args.repeats = min(args.new_tokens, 48), min(args.prompt_len, 16), 1
+    shapes = args.shapes or ["qwen3-4b", "qwen3-8b"]
+    device = torch.device(args.device)
+    args.compile = device.type == "cuda" if args.compile is None else args.compile
+    dtype = torch.bfloat16 if device.type == "cuda" else torch.float32
+    if max(args.ks) >= args.block_size:
+        parser.error(f"every k must be < block size {args.block_size}, got {args.ks}")
+    environment = {
+        "torch": torch.__version__, "transformers": transformers.__version__, "device": str(device),
+        "device_name": torch.cuda.get_device_name(device) if device.type == "cuda" else "cpu",
+        "dtype": str(dtype), "threads": torch.get_num_threads(), "args": vars(args),
+    }
+    print(json.dumps(environment))
+    torch.manual_seed(0)
+    results = []
+    for name in shapes:
+        began = time.perf_counter()
+        results.append(bench_shape(name, args, device, dtype))
+        results[-1]["wall_s"] = time.perf_counter() - began
+        print_table(results[-1])
+        with open(args.json, "w") as handle:  # after every shape, so a timeout keeps what finished
+            json.dump({"environment": environment, "results": results}, handle, indent=1)
+    print(f"\nwrote {args.json}")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,274 @@
+"""The static-cache loop: token for token the DynamicCache loop and the target, one host sync per block."""
+
+import pytest
+import torch
+
+from dels_hub import DeLSGenerator
+from dels_hub.errors import GenerationArgumentError
+from dels_hub.fusion import fusion_weights
+from dels_hub.generation import fast_loop
+from dels_hub.generation.fast_loop import fast_path_supported, fast_speculative_decode
+from dels_hub.generation.loop import speculative_decode
+from dels_hub.generation.static_cache import StaticDraftCache, StaticTargetCache, causal_mask
+from dels_hub.sampling import Warping
+
+from conftest import make_dflash, make_head, make_target, make_tokenizer
+
+SMALL_VOCAB = 12  # as in test_generation: random drafts are often accepted, so long acceptances happen
+
+
+def prompts(count=4, length=6, seed=123):
+    generator = torch.Generator().manual_seed(seed)
+    return [torch.randint(0, SMALL_VOCAB - 2, (1, length), generator=generator) for _ in range(count)]
+
+
+@pytest.fixture(scope="module")
+def small():
+    tokenizer = make_tokenizer(SMALL_VOCAB - 2)
+    return {
+        "tokenizer": tokenizer,
+        "qwen3": make_target("qwen3", vocab=SMALL_VOCAB),
+        "llama": make_target("llama", vocab=SMALL_VOCAB),
+        "head": make_head(tokenizer, vocab=SMALL_VOCAB - 2, alpha=0.8, beta=0.3),
+    }
+
+
+def generator_for(small, kind="qwen3", block_size=8, with_head=True):
+    drafter = make_dflash(block_size=block_size, mask_token_id=SMALL_VOCAB - 1, vocab=SMALL_VOCAB, seed=5)
+    return DeLSGenerator(small[kind], drafter, small["head"] if with_head else None, small["tokenizer"])
+
+
+@pytest.mark.parametrize("kind", ["qwen3", "llama"])
+@pytest.mark.parametrize("block_size", [2, 4, 8, 16])
+@pytest.mark.parametrize("with_head", [False, True])
+def test_fast_equals_eager_equals_target_greedy(small, kind, block_size, with_head):
+    target = small[kind]
+    generator = generator_for(small, kind, block_size, with_head)
+    lengths = []
+    for input_ids in prompts(count=5):
+        expected = target.generate(input_ids, max_new_tokens=40, do_sample=False)
+        fast = generator.generate(input_ids, max_new_tokens=40, fast=True, return_dict_in_generate=True)
+        eager = generator.generate(input_ids, max_new_tokens=40, fast=False, return_dict_in_generate=True)
+        assert torch.equal(fast.sequences, expected) and torch.equal(eager.sequences, expected)
+        assert fast.acceptance_lengths == eager.acceptance_lengths
+        lengths += fast.acceptance_lengths
+    if block_size > 2:
+        assert max(lengths) > 2, "no multi-token acceptance: the commit path would go untested"
+
+
+def test_auto_picks_the_fast_path_for_plain_decoders(small, monkeypatch):
+    calls = []
+    real = fast_loop.fast_speculative_decode
+    monkeypatch.setattr("dels_hub.generation.generator.fast_speculative_decode",
+                        lambda *a, **k: calls.append(1) or real(*a, **k))
+    generator = generator_for(small)
+    generator.generate(prompts(count=1)[0], max_new_tokens=5)
+    generator.generate(prompts(count=1)[0], max_new_tokens=5, fast=False)
+    assert calls == [1]
+
+
+@pytest.mark.parametrize("max_new_tokens", [1, 2, 3, 7, 8, 9, 33])
+def test_fast_path_stops_at_max_new_tokens(small, max_new_tokens):
+    generator = generator_for(small, "llama", block_size=8)
+    for input_ids in prompts(count=3):
+        expected = small["llama"].generate(input_ids, max_new_tokens=max_new_tokens, do_sample=False)
+        out = generator.generate(input_ids, max_new_tokens=max_new_tokens, fast=True)
+        assert torch.equal(out, expected)
+
+
+def test_fast_path_stops_at_eos_like_the_target(small):
+    target = small["qwen3"]
+    generator = generator_for(small)
+    for input_ids in prompts(count=5):
+        free = target.generate(input_ids, max_new_tokens=30, do_sample=False)[0, input_ids.shape[1]:]
+        for eos in (int(free[0]), int(free[len(free) // 2]), [SMALL_VOCAB - 3, int(free[7])]):
+            expected = target.generate(input_ids, max_new_tokens=30, do_sample=False, eos_token_id=eos)
+            out = generator.generate(input_ids, max_new_tokens=30, eos_token_id=eos, fast=True)
+            assert torch.equal(out, expected)
+
+
+def test_block_size_one_and_eager_attention(small):
+    input_ids = prompts(count=1)[0]
+    generator = generator_for(small, "llama")
+    expected = small["llama"].generate(input_ids, max_new_tokens=12, do_sample=False)
+    out = generator.generate(input_ids, max_new_tokens=12, block_size=1, fast=True, return_dict_in_generate=True)
+    assert torch.equal(out.sequences, expected) and out.acceptance_lengths == [1] * 11
+
+    target = make_target("qwen3", vocab=SMALL_VOCAB)
+    target.config._attn_implementation = "eager"  # the float additive mask instead of sdpa's boolean one
+    generator = DeLSGenerator(target, make_dflash(8, SMALL_VOCAB - 1, vocab=SMALL_VOCAB, seed=5), small["head"],
+                              small["tokenizer"])
+    for input_ids in prompts(count=3):
+        expected = target.generate(input_ids, max_new_tokens=30, do_sample=False)
+        assert torch.equal(generator.generate(input_ids, max_new_tokens=30, fast=True), expected)
+
+
+@pytest.mark.parametrize("with_head", [False, True])
+@pytest.mark.parametrize("settings", [dict(temperature=0.9), dict(temperature=0.7, top_k=4, top_p=0.9)])
+def test_seeded_sampling_is_identical_on_both_paths(small, with_head, settings):
+    # Same random calls in the same order: a seed gives the same tokens, so the fast path inherits the
+    # eager loop's distribution tests (test_generation.py) rather than needing its own.
+    generator = generator_for(small, block_size=8, with_head=with_head)
+    for block_size in (1, 4, 8):
+        for seed, input_ids in enumerate(prompts(count=4)):
+            runs = [generator.generate(input_ids, max_new_tokens=25, do_sample=True, seed=seed, fast=fast,
+                                       block_size=block_size, **settings) for fast in (True, False)]
+            assert torch.equal(*runs)
+
+
+def test_unsupported_target_falls_back_or_refuses(small):
+    target = make_target("qwen3", vocab=SMALL_VOCAB)
+    target.config.layer_types = ["sliding_attention"] + ["full_attention"] * 5
+    assert "sliding_attention" in fast_path_supported(target)
+    generator = DeLSGenerator(target, make_dflash(8, SMALL_VOCAB - 1, vocab=SMALL_VOCAB), None)
+    with pytest.raises(GenerationArgumentError, match="fast=True but the static-cache loop cannot run"):
+        generator.generate(prompts(count=1)[0], max_new_tokens=4, fast=True)
+    target.config._attn_implementation = "flex_attention"
+    assert "flex_attention" in fast_path_supported(target)
+
+
+def count_host_syncs(monkeypatch):
+    """Count every way a tensor reaches the host; the sanctioned ones go through ``fast_loop.to_host``."""
+    counts = {"to_host": 0, "other": 0}
+    real_tolist = torch.Tensor.tolist
+
+    def to_host(values):
+        counts["to_host"] += 1
+        return real_tolist(values)
+
+    def other(name):
+        real = getattr(torch.Tensor, name)
+
+        def counted(self, *args, **kwargs):
+            counts["other"] += 1
+            return real(self, *args, **kwargs)
+
+        return counted
+
+    monkeypatch.setattr(fast_loop, "to_host", to_host)
+    for name in ("item", "tolist", "__bool__", "__int__", "__float__", "numpy", "cpu"):
+        monkeypatch.setattr(torch.Tensor, name, other(name))
+    return counts
+
+
+@pytest.mark.parametrize("warping", [Warping(), Warping(0.8, 4, 0.9)], ids=["greedy", "sampled"])
+def test_one_host_transfer_per_block(small, monkeypatch, warping):
+    generator = generator_for(small, block_size=8)
+    input_ids = prompts(count=1)[0]
+    weights = torch.full((7,), 0.5), torch.full((7,), 0.3)
+    kwargs = dict(max_new_tokens=30, block_size=8, warping=warping, stop_ids=torch.tensor([SMALL_VOCAB - 2]),
+                  head=small["head"], alpha=weights[0], beta=weights[1], generator=torch.Generator().manual_seed(0))
+    counts = count_host_syncs(monkeypatch)
+    result = fast_speculative_decode(small["qwen3"], generator.drafter, input_ids, **kwargs)
+    assert counts == {"to_host": 1 + len(result.acceptance_lengths), "other": 0}
+    # Control: the counter sees the eager loop's own transfers (.item() in the prefill, .tolist() per block).
+    counts["other"] = 0
+    kwargs["generator"] = torch.Generator().manual_seed(0)
+    eager = speculative_decode(small["qwen3"], generator.drafter, input_ids, **kwargs)
+    assert counts["other"] == 1 + len(eager.acceptance_lengths)
+    monkeypatch.undo()
+    assert torch.equal(result.sequences, eager.sequences)
+
+
+def test_static_caches_roll_back_by_pointer():
+    draft = StaticDraftCache(max_len=10, num_layers=1)
+    key = torch.arange(12.0).view(1, 1, 6, 2)
+    keys, _ = draft.update(key, key, 0)
+    assert keys.shape[2] == 6 and torch.equal(keys, key)
+    draft.crop(4)
+    storage = draft.keys[0].data_ptr()
+    keys, _ = draft.update(-key[:, :, :3], -key[:, :, :3], 0)
+    assert keys.shape[2] == 7 and torch.equal(keys[:, :, :4], key[:, :, :4]) and torch.equal(keys[:, :, 4:], -key[:, :, :3])
+    assert draft.keys[0].data_ptr() == storage  # nothing reallocated
+
+    target = StaticTargetCache(max_len=8, num_layers=1, device="cpu", dtype=torch.float32)
+    target.write_positions = torch.tensor([2, 3])
+    keys, _ = target.update(key[:, :, :2], key[:, :, :2], 0)
+    assert keys.shape[2] == 8 and torch.equal(keys[:, :, 2:4], key[:, :, :2]) and not keys[:, :, 4:].any()
+    mask = causal_mask(torch.arange(4), torch.tensor([1, 2]), torch.float32, "sdpa")
+    assert mask.tolist() == [[[[True, True, False, False], [True, True, True, False]]]]
+    additive = causal_mask(torch.arange(4), torch.tensor([1, 2]), torch.float32, "eager")
+    assert additive[0, 0, 0, 2] == torch.finfo(torch.float32).min and additive[0, 0, 1, 2] == 0
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
+@pytest.mark.parametrize("compile", [False, True], ids=["eager", "cuda-graphs"])
+def test_cuda_loop_has_no_stray_sync_and_replays_graphs(monkeypatch, compile):
+    from torch._dynamo.utils import counters
+    from torch._inductor import cudagraph_trees
+
+    tokenizer = make_tokenizer(SMALL_VOCAB - 2)
+    target = make_target("qwen3", vocab=SMALL_VOCAB).cuda()
+    drafter = make_dflash(8, SMALL_VOCAB - 1, vocab=SMALL_VOCAB, seed=5).cuda()
+    head = make_head(tokenizer, vocab=SMALL_VOCAB - 2).cuda()
+    generator = DeLSGenerator(target, drafter, head, tokenizer)
+    generator.compile = compile
+    input_ids = prompts(count=1)[0].cuda()
+    transfers, recordings = [], []
+    real_to_host, real_new_graph_id = fast_loop.to_host, cudagraph_trees.CUDAGraphTreeManager.new_graph_id
+
+    def sanctioned(values):  # the one transfer per block is allowed, anything else raises
+        transfers.append(1)
+        torch.cuda.set_sync_debug_mode(0)
+        try:
+            return real_to_host(values)
+        finally:
+            torch.cuda.set_sync_debug_mode("error")
+
+    def recorded(self):
+        recordings.append(1)
+        return real_new_graph_id(self)
+
+    monkeypatch.setattr(cudagraph_trees.CUDAGraphTreeManager, "new_graph_id", recorded)
+    for settings in (dict(), dict(do_sample=True, temperature=0.8, top_k=5, top_p=0.9, seed=1)):
+        expected = generator.generate(input_ids, max_new_tokens=24, fast=False, return_dict_in_generate=True,
+                                      eos_token_id=None, **settings)
+        for _ in range(3):  # warm-up: compile, cudagraph warm-up run, recording
+            generator.generate(input_ids, max_new_tokens=24, fast=True, eos_token_id=None, **settings)
+        loop_kwargs = loop_arguments(generator, settings)
+        monkeypatch.setattr(fast_loop, "to_host", sanctioned)
+        transfers.clear()
+        recordings.clear()
+        skips = counters["inductor"]["cudagraph_skips"]
+        torch.cuda.set_sync_debug_mode("error")
+        try:
+            out = fast_speculative_decode(generator.target, generator.drafter, input_ids, **loop_kwargs)
+        finally:
+            torch.cuda.set_sync_debug_mode(0)
+            monkeypatch.setattr(fast_loop, "to_host", real_to_host)
+        assert torch.equal(out.sequences, expected.sequences)
+        assert len(transfers) == 1 + len(out.acceptance_lengths)
+        assert recordings == [] and counters["inductor"]["cudagraph_skips"] == skips  # replayed, not re-recorded
+
+
+def loop_arguments(generator, settings):
+    """What ``generate`` passes to the loop, built before sync checking starts (its argument checks may sync)."""
+    settings = dict(settings)
+    seed = settings.pop("seed", None)
+    warping = Warping(settings["temperature"], settings["top_k"], settings["top_p"]) if settings else Warping()
+    alpha, beta = fusion_weights(generator.alpha, generator.beta, generator.pure_prefix_len, 7, device="cuda")
+    return dict(
+        max_new_tokens=24, block_size=8, warping=warping, stop_ids=torch.tensor([], dtype=torch.long, device="cuda"),
+        head=generator.head, alpha=alpha, beta=beta, verifiers=generator.verifiers, compile=generator.compile,
+        workspace=generator._workspace,
+        generator=torch.Generator(device="cuda").manual_seed(seed) if seed is not None else None,
+    )
+
+
+def test_compiled_verify_matches_and_is_not_recompiled(small):
+    """``generator.compile = True`` (inductor on CPU, CUDA graphs on CUDA): same tokens, one compile per bucket."""
+    from torch._dynamo.utils import counters
+
+    generator = generator_for(small, block_size=8)
+    generator.compile = True
+    input_ids = prompts(count=1)[0]
+    expected = generator.generate(input_ids, max_new_tokens=30, fast=False)
+    sampled = generator.generate(input_ids, max_new_tokens=30, fast=False, do_sample=True, seed=2)
+    assert torch.equal(generator.generate(input_ids, max_new_tokens=30, fast=True), expected)
+    graphs = counters["stats"]["unique_graphs"]
+    other_prompt = prompts(count=1, length=9, seed=4)[0]  # another length, same 256-slot bucket: no new graph
+    assert torch.equal(generator.generate(other_prompt, max_new_tokens=30, fast=True),
+                       small["qwen3"].generate(other_prompt, max_new_tokens=30, do_sample=False))
+    assert torch.equal(generator.generate(input_ids, max_new_tokens=30, fast=True, do_sample=True, seed=2), sampled)
+    assert counters["stats"]["unique_graphs"] == graphs
