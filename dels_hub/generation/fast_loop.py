@@ -18,7 +18,7 @@ import torch
 from ..compat import cache_kwarg_name, synchronize
 from ..sampling import Warping, choose, warp_probs
 from .drafting import context_features, propose
-from .loop import DecodeResult, Verifiers
+from .loop import DecodeResult, Verifiers, commit_count
 from .static_cache import StaticDraftCache, StaticTargetCache, causal_mask
 
 FAST_ATTENTION = ("sdpa", "eager")  # the implementations that take our 4D mask as-is
@@ -180,13 +180,8 @@ def fast_speculative_decode(
             tokens, n_accepted = verifiers.rejection(drafts, p[:0] if q is None else q, p, generator)
 
         # 4. Commit: the one host transfer per block carries the accepted count and the first stop position.
-        is_stop = torch.isin(tokens, stop_ids) & (block_index <= n_accepted)
-        first_stop = torch.where(is_stop, block_index, block_size).min()
-        n_accepted, stop_at = to_host(torch.stack([n_accepted, first_stop]))
-        n_commit = n_accepted + 1
-        if stop_at < block_size:
-            n_commit, stopped = stop_at + 1, True
-        n_commit = min(n_commit, max_new_tokens - (start + 1 - prompt_len))
+        n_commit, stopped = commit_count(tokens, n_accepted, stop_ids, block_index,
+                                         max_new_tokens - (start + 1 - prompt_len), transfer=to_host)
         output[0, start + 1 : start + 1 + n_commit] = tokens[:n_commit]
         acceptance_lengths.append(n_commit)
         if streamer is not None:

@@ -33,6 +33,22 @@ class DecodeResult:
     decode_seconds: float = 0.0
 
 
+def commit_count(tokens, n_accepted, stop_ids, block_index, budget: int, transfer=None) -> tuple[int, bool]:
+    """How many of a verified block's ``tokens`` are committed, and whether generation stops.
+
+    Accepted drafts plus the bonus, cut after the first stop token among them and at ``budget`` (new tokens
+    still allowed). This is the block's one device-to-host transfer: the accepted count and the stop position
+    travel together, through ``transfer`` (default ``Tensor.tolist``).
+    """
+    block_size = block_index.shape[0]
+    is_stop = torch.isin(tokens, stop_ids) & (block_index <= n_accepted)
+    first_stop = torch.where(is_stop, block_index, block_size).min()
+    packed = torch.stack([n_accepted, first_stop])
+    n_accepted, stop_at = packed.tolist() if transfer is None else transfer(packed)
+    stopped = stop_at < block_size
+    return min(stop_at + 1 if stopped else n_accepted + 1, budget), stopped
+
+
 @torch.inference_mode()
 def speculative_decode(
     target,
@@ -115,13 +131,8 @@ def speculative_decode(
             tokens, n_accepted = verifiers.rejection(drafts, p[:0] if q is None else q, p, generator)
 
         # 4. Commit: the one host transfer per block carries the accepted count and the first stop position.
-        is_stop = torch.isin(tokens, stop_ids) & (block_index <= n_accepted)
-        first_stop = torch.where(is_stop, block_index, block_size).min()
-        n_accepted, stop_at = torch.stack([n_accepted, first_stop]).tolist()
-        n_commit = n_accepted + 1
-        if stop_at < block_size:
-            n_commit, stopped = stop_at + 1, True
-        n_commit = min(n_commit, max_new_tokens - (start + 1 - prompt_len))
+        n_commit, stopped = commit_count(tokens, n_accepted, stop_ids, block_index,
+                                         max_new_tokens - (start + 1 - prompt_len))
         output[0, start + 1 : start + 1 + n_commit] = tokens[:n_commit]
         acceptance_lengths.append(n_commit)
         if streamer is not None:
