@@ -104,3 +104,24 @@ def qwen_target():
 @pytest.fixture(scope="session")
 def llama_target():
     return make_target("llama")
+
+
+SMALL_VOCAB = 12  # small enough that random drafts are often accepted, so long acceptances get exercised
+
+
+def small_prompts(count=4, length=6, seed=123):
+    """Fixed random prompts over the small vocabulary (the last two ids, eos and mask, never appear)."""
+    generator = torch.Generator().manual_seed(seed)
+    return [torch.randint(0, SMALL_VOCAB - 2, (1, length), generator=generator) for _ in range(count)]
+
+
+@pytest.fixture(scope="session")
+def small():
+    """Tiny qwen3 and llama targets over SMALL_VOCAB, their tokenizer and a head with real-looking weights."""
+    tokenizer = make_tokenizer(SMALL_VOCAB - 2)
+    return {
+        "tokenizer": tokenizer,
+        "qwen3": make_target("qwen3", vocab=SMALL_VOCAB),
+        "llama": make_target("llama", vocab=SMALL_VOCAB),
+        "head": make_head(tokenizer, vocab=SMALL_VOCAB - 2, alpha=0.8, beta=0.3),
+    }

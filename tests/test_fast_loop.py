@@ -12,25 +12,7 @@ from dels_hub.generation.loop import speculative_decode
 from dels_hub.generation.static_cache import StaticDraftCache, StaticTargetCache, causal_mask
 from dels_hub.sampling import Warping
 
-from conftest import make_dflash, make_head, make_target, make_tokenizer
-
-SMALL_VOCAB = 12  # as in test_generation: random drafts are often accepted, so long acceptances happen
-
-
-def prompts(count=4, length=6, seed=123):
-    generator = torch.Generator().manual_seed(seed)
-    return [torch.randint(0, SMALL_VOCAB - 2, (1, length), generator=generator) for _ in range(count)]
-
-
-@pytest.fixture(scope="module")
-def small():
-    tokenizer = make_tokenizer(SMALL_VOCAB - 2)
-    return {
-        "tokenizer": tokenizer,
-        "qwen3": make_target("qwen3", vocab=SMALL_VOCAB),
-        "llama": make_target("llama", vocab=SMALL_VOCAB),
-        "head": make_head(tokenizer, vocab=SMALL_VOCAB - 2, alpha=0.8, beta=0.3),
-    }
+from conftest import SMALL_VOCAB, make_dflash, make_head, make_target, make_tokenizer, small_prompts
 
 
 def generator_for(small, kind="qwen3", block_size=8, with_head=True):
@@ -45,7 +27,7 @@ def test_fast_equals_eager_equals_target_greedy(small, kind, block_size, with_he
     target = small[kind]
     generator = generator_for(small, kind, block_size, with_head)
     lengths = []
-    for input_ids in prompts(count=5):
+    for input_ids in small_prompts(count=5):
         expected = target.generate(input_ids, max_new_tokens=40, do_sample=False)
         fast = generator.generate(input_ids, max_new_tokens=40, fast=True, return_dict_in_generate=True)
         eager = generator.generate(input_ids, max_new_tokens=40, fast=False, return_dict_in_generate=True)
@@ -62,15 +44,15 @@ def test_auto_picks_the_fast_path_for_plain_decoders(small, monkeypatch):
     monkeypatch.setattr("dels_hub.generation.generator.fast_speculative_decode",
                         lambda *a, **k: calls.append(1) or real(*a, **k))
     generator = generator_for(small)
-    generator.generate(prompts(count=1)[0], max_new_tokens=5)
-    generator.generate(prompts(count=1)[0], max_new_tokens=5, fast=False)
+    generator.generate(small_prompts(count=1)[0], max_new_tokens=5)
+    generator.generate(small_prompts(count=1)[0], max_new_tokens=5, fast=False)
     assert calls == [1]
 
 
 @pytest.mark.parametrize("max_new_tokens", [1, 2, 3, 7, 8, 9, 33])
 def test_fast_path_stops_at_max_new_tokens(small, max_new_tokens):
     generator = generator_for(small, "llama", block_size=8)
-    for input_ids in prompts(count=3):
+    for input_ids in small_prompts(count=3):
         expected = small["llama"].generate(input_ids, max_new_tokens=max_new_tokens, do_sample=False)
         out = generator.generate(input_ids, max_new_tokens=max_new_tokens, fast=True)
         assert torch.equal(out, expected)
@@ -79,7 +61,7 @@ def test_fast_path_stops_at_max_new_tokens(small, max_new_tokens):
 def test_fast_path_stops_at_eos_like_the_target(small):
     target = small["qwen3"]
     generator = generator_for(small)
-    for input_ids in prompts(count=5):
+    for input_ids in small_prompts(count=5):
         free = target.generate(input_ids, max_new_tokens=30, do_sample=False)[0, input_ids.shape[1]:]
         for eos in (int(free[0]), int(free[len(free) // 2]), [SMALL_VOCAB - 3, int(free[7])]):
             expected = target.generate(input_ids, max_new_tokens=30, do_sample=False, eos_token_id=eos)
@@ -88,7 +70,7 @@ def test_fast_path_stops_at_eos_like_the_target(small):
 
 
 def test_block_size_one_and_eager_attention(small):
-    input_ids = prompts(count=1)[0]
+    input_ids = small_prompts(count=1)[0]
     generator = generator_for(small, "llama")
     expected = small["llama"].generate(input_ids, max_new_tokens=12, do_sample=False)
     out = generator.generate(input_ids, max_new_tokens=12, block_size=1, fast=True, return_dict_in_generate=True)
@@ -98,7 +80,7 @@ def test_block_size_one_and_eager_attention(small):
     target.config._attn_implementation = "eager"  # the float additive mask instead of sdpa's boolean one
     generator = DeLSGenerator(target, make_dflash(8, SMALL_VOCAB - 1, vocab=SMALL_VOCAB, seed=5), small["head"],
                               small["tokenizer"])
-    for input_ids in prompts(count=3):
+    for input_ids in small_prompts(count=3):
         expected = target.generate(input_ids, max_new_tokens=30, do_sample=False)
         assert torch.equal(generator.generate(input_ids, max_new_tokens=30, fast=True), expected)
 
@@ -110,7 +92,7 @@ def test_seeded_sampling_is_identical_on_both_paths(small, with_head, settings):
     # eager loop's distribution tests (test_generation.py) rather than needing its own.
     generator = generator_for(small, block_size=8, with_head=with_head)
     for block_size in (1, 4, 8):
-        for seed, input_ids in enumerate(prompts(count=4)):
+        for seed, input_ids in enumerate(small_prompts(count=4)):
             runs = [generator.generate(input_ids, max_new_tokens=25, do_sample=True, seed=seed, fast=fast,
                                        block_size=block_size, **settings) for fast in (True, False)]
             assert torch.equal(*runs)
@@ -122,7 +104,7 @@ def test_unsupported_target_falls_back_or_refuses(small):
     assert "sliding_attention" in fast_path_supported(target)
     generator = DeLSGenerator(target, make_dflash(8, SMALL_VOCAB - 1, vocab=SMALL_VOCAB), None)
     with pytest.raises(GenerationArgumentError, match="fast=True but the static-cache loop cannot run"):
-        generator.generate(prompts(count=1)[0], max_new_tokens=4, fast=True)
+        generator.generate(small_prompts(count=1)[0], max_new_tokens=4, fast=True)
     target.config._attn_implementation = "flex_attention"
     assert "flex_attention" in fast_path_supported(target)
 
@@ -154,7 +136,7 @@ def count_host_syncs(monkeypatch):
 @pytest.mark.parametrize("warping", [Warping(), Warping(0.8, 4, 0.9)], ids=["greedy", "sampled"])
 def test_one_host_transfer_per_block(small, monkeypatch, warping):
     generator = generator_for(small, block_size=8)
-    input_ids = prompts(count=1)[0]
+    input_ids = small_prompts(count=1)[0]
     weights = torch.full((7,), 0.5), torch.full((7,), 0.3)
     kwargs = dict(max_new_tokens=30, block_size=8, warping=warping, stop_ids=torch.tensor([SMALL_VOCAB - 2]),
                   head=small["head"], alpha=weights[0], beta=weights[1], generator=torch.Generator().manual_seed(0))
@@ -204,7 +186,7 @@ def test_cuda_loop_has_no_stray_sync_and_replays_graphs(monkeypatch, compile):
     head = make_head(tokenizer, vocab=SMALL_VOCAB - 2).cuda()
     generator = DeLSGenerator(target, drafter, head, tokenizer)
     generator.compile = compile
-    input_ids = prompts(count=1)[0].cuda()
+    input_ids = small_prompts(count=1)[0].cuda()
     transfers, recordings = [], []
     real_to_host, real_new_graph_id = fast_loop.to_host, cudagraph_trees.CUDAGraphTreeManager.new_graph_id
 
@@ -262,12 +244,12 @@ def test_compiled_verify_matches_and_is_not_recompiled(small):
 
     generator = generator_for(small, block_size=8)
     generator.compile = True
-    input_ids = prompts(count=1)[0]
+    input_ids = small_prompts(count=1)[0]
     expected = generator.generate(input_ids, max_new_tokens=30, fast=False)
     sampled = generator.generate(input_ids, max_new_tokens=30, fast=False, do_sample=True, seed=2)
     assert torch.equal(generator.generate(input_ids, max_new_tokens=30, fast=True), expected)
     graphs = counters["stats"]["unique_graphs"]
-    other_prompt = prompts(count=1, length=9, seed=4)[0]  # another length, same 256-slot bucket: no new graph
+    other_prompt = small_prompts(count=1, length=9, seed=4)[0]  # another length, same 256-slot bucket: no new graph
     assert torch.equal(generator.generate(other_prompt, max_new_tokens=30, fast=True),
                        small["qwen3"].generate(other_prompt, max_new_tokens=30, do_sample=False))
     assert torch.equal(generator.generate(input_ids, max_new_tokens=30, fast=True, do_sample=True, seed=2), sampled)

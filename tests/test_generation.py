@@ -19,25 +19,7 @@ from dels_hub.errors import (
     VocabSizeMismatchError,
 )
 
-from conftest import VOCAB, make_dflash, make_head, make_target, make_tokenizer
-
-SMALL_VOCAB = 12  # small enough that random drafts are often accepted, so long acceptances get exercised
-
-
-def prompts(vocab, count=4, length=6):
-    generator = torch.Generator().manual_seed(123)
-    return [torch.randint(0, vocab - 2, (1, length), generator=generator) for _ in range(count)]
-
-
-@pytest.fixture(scope="module")
-def small():
-    tokenizer = make_tokenizer(SMALL_VOCAB - 2)
-    return {
-        "tokenizer": tokenizer,
-        "qwen3": make_target("qwen3", vocab=SMALL_VOCAB),
-        "llama": make_target("llama", vocab=SMALL_VOCAB),
-        "head": make_head(tokenizer, vocab=SMALL_VOCAB - 2, alpha=0.8, beta=0.3),
-    }
+from conftest import SMALL_VOCAB, VOCAB, make_dflash, make_head, make_target, make_tokenizer, small_prompts
 
 
 @pytest.mark.parametrize("kind", ["qwen3", "llama"])
@@ -50,7 +32,7 @@ def test_greedy_equals_target_greedy(small, kind, block_size, with_head):
     drafter = make_dflash(block_size=block_size, mask_token_id=SMALL_VOCAB - 1, vocab=SMALL_VOCAB, seed=5)
     generator = DeLSGenerator(target, drafter, small["head"] if with_head else None, small["tokenizer"])
     lengths = []
-    for input_ids in prompts(SMALL_VOCAB, count=6):
+    for input_ids in small_prompts(count=6):
         expected = target.generate(input_ids, max_new_tokens=40, do_sample=False)
         out = generator.generate(input_ids, max_new_tokens=40, return_dict_in_generate=True)
         assert torch.equal(out.sequences, expected)
@@ -65,7 +47,7 @@ def test_greedy_equals_target_greedy(small, kind, block_size, with_head):
 def test_never_exceeds_max_new_tokens(small, max_new_tokens):
     target = small["qwen3"]
     generator = DeLSGenerator(target, make_dflash(8, SMALL_VOCAB - 1, vocab=SMALL_VOCAB), small["head"], small["tokenizer"])
-    for input_ids in prompts(SMALL_VOCAB, count=3):
+    for input_ids in small_prompts(count=3):
         expected = target.generate(input_ids, max_new_tokens=max_new_tokens, do_sample=False)
         out = generator.generate(input_ids, max_new_tokens=max_new_tokens)
         assert out.shape[1] == input_ids.shape[1] + max_new_tokens
@@ -77,7 +59,7 @@ def test_stops_at_eos_like_the_target(small):
     target = small["qwen3"]
     generator = DeLSGenerator(target, make_dflash(8, SMALL_VOCAB - 1, vocab=SMALL_VOCAB), small["head"], small["tokenizer"])
     checked = 0
-    for input_ids in prompts(SMALL_VOCAB, count=6):
+    for input_ids in small_prompts(count=6):
         free = target.generate(input_ids, max_new_tokens=30, do_sample=False)[0, input_ids.shape[1]:]
         eos = int(free[len(free) // 2])  # a token the target emits mid-way
         for eos_arg in (eos, [SMALL_VOCAB - 3, eos]):
@@ -91,7 +73,7 @@ def test_stops_at_eos_like_the_target(small):
 
 def test_target_emitting_the_mask_token_is_kept(small):
     target = small["qwen3"]
-    input_ids = prompts(SMALL_VOCAB, count=1)[0]
+    input_ids = small_prompts(count=1)[0]
     expected = target.generate(input_ids, max_new_tokens=30, do_sample=False)
     mask_id = int(expected[0, input_ids.shape[1] + 3])  # the target really generates this id
     generator = DeLSGenerator(target, make_dflash(8, mask_id, vocab=SMALL_VOCAB), small["head"], small["tokenizer"])
@@ -102,7 +84,7 @@ def test_target_emitting_the_mask_token_is_kept(small):
 def test_block_size_one_is_plain_decoding_and_larger_than_trained_is_refused(small):
     target = small["llama"]
     generator = DeLSGenerator(target, make_dflash(8, SMALL_VOCAB - 1, vocab=SMALL_VOCAB), small["head"], small["tokenizer"])
-    input_ids = prompts(SMALL_VOCAB, count=1)[0]
+    input_ids = small_prompts(count=1)[0]
     out = generator.generate(input_ids, max_new_tokens=12, block_size=1, return_dict_in_generate=True)
     assert torch.equal(out.sequences, target.generate(input_ids, max_new_tokens=12, do_sample=False))
     assert out.acceptance_lengths == [1] * 11
@@ -179,7 +161,7 @@ def test_sampling_matches_the_target_distribution(small, case):
     target = small["qwen3"]
     drafter = make_dflash(4, SMALL_VOCAB - 1, vocab=SMALL_VOCAB)
     generator = DeLSGenerator(target, drafter, small["head"] if case["head"] else None, small["tokenizer"])
-    input_ids, new_tokens, samples = prompts(SMALL_VOCAB, count=1)[0], 3, 2500
+    input_ids, new_tokens, samples = small_prompts(count=1)[0], 3, 2500
     warping = Warping(case["temperature"], case["top_k"], case["top_p"])
     expected = exact_distribution(target, input_ids, warping, new_tokens)
     settings = dict(temperature=case["temperature"], top_k=case["top_k"], top_p=case["top_p"])
@@ -191,7 +173,7 @@ def test_negative_control_biased_verifier_is_detected(small):
     target = small["qwen3"]
     generator = DeLSGenerator(target, make_dflash(4, SMALL_VOCAB - 1, vocab=SMALL_VOCAB), small["head"], small["tokenizer"])
     generator.verifiers.rejection = accept_everything
-    input_ids, samples = prompts(SMALL_VOCAB, count=1)[0], 2500
+    input_ids, samples = small_prompts(count=1)[0], 2500
     warping = Warping(0.7, 4, 1.0)
     expected = exact_distribution(target, input_ids, warping, 3)
     counts = sampled_counts(generator, input_ids, samples, 3, temperature=0.7, top_k=4, top_p=1.0)
@@ -201,7 +183,7 @@ def test_negative_control_biased_verifier_is_detected(small):
 def test_seeded_sampling_is_reproducible(small):
     generator = DeLSGenerator(small["qwen3"], make_dflash(8, SMALL_VOCAB - 1, vocab=SMALL_VOCAB), small["head"],
                               small["tokenizer"])
-    input_ids = prompts(SMALL_VOCAB, count=1)[0]
+    input_ids = small_prompts(count=1)[0]
     runs = [generator.generate(input_ids, max_new_tokens=20, do_sample=True, temperature=0.9, seed=5) for _ in range(2)]
     assert torch.equal(*runs)
 
@@ -217,7 +199,7 @@ def test_from_pretrained_local_paths_and_return_dict(tmp_path, small):
     small["head"].save_pretrained(tmp_path / "head")
     generator = DeLSGenerator.from_pretrained(tmp_path / "target", tmp_path / "dflash", tmp_path / "head",
                                               dtype=torch.float32, alpha=0.5)
-    input_ids = prompts(SMALL_VOCAB, count=1)[0]
+    input_ids = small_prompts(count=1)[0]
     out = generator.generate(input_ids, max_new_tokens=16, return_dict_in_generate=True)
     assert torch.equal(out.sequences, target.generate(input_ids, max_new_tokens=16, do_sample=False))
     assert out.num_new_tokens == 16 and out.tau >= 1.0 and out.tokens_per_second > 0
@@ -227,7 +209,7 @@ def test_from_pretrained_local_paths_and_return_dict(tmp_path, small):
 def test_streamer_receives_the_new_text(small):
     tokenizer = small["tokenizer"]
     generator = DeLSGenerator(small["qwen3"], make_dflash(8, SMALL_VOCAB - 1, vocab=SMALL_VOCAB), small["head"], tokenizer)
-    input_ids = prompts(SMALL_VOCAB, count=1)[0]
+    input_ids = small_prompts(count=1)[0]
     streamer = TextIteratorStreamer(tokenizer, skip_prompt=True)
     out = generator.generate(input_ids, max_new_tokens=12, streamer=streamer)
     streamed = "".join(streamer)
@@ -248,7 +230,7 @@ def test_streamer_receives_the_new_text(small):
 def test_bad_generation_arguments_fail_before_work(small, kwargs, error, message):
     generator = DeLSGenerator(small["qwen3"], make_dflash(8, SMALL_VOCAB - 1, vocab=SMALL_VOCAB), None)
     with pytest.raises(error, match=message):
-        generator.generate(prompts(SMALL_VOCAB, count=1)[0], **kwargs)
+        generator.generate(small_prompts(count=1)[0], **kwargs)
 
 
 def test_bad_inputs(small):
