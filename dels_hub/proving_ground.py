@@ -37,14 +37,17 @@ def smollm2_location() -> tuple[str, dict]:
     return directory, {"gguf_file": SMOLLM2_GGUF}
 
 
-def untrained_smollm2_drafter(target, block_size: int = 8, mask_token_id: int = 0) -> DFlashDraftModel:
-    """A randomly initialised one-layer DFlash drafter shaped for ``target`` (a stand-in until one is trained)."""
+def untrained_smollm2_drafter(
+    target, block_size: int = 8, mask_token_id: int = 0, num_layers: int = 1
+) -> DFlashDraftModel:
+    """A randomly initialised DFlash drafter shaped for ``target``: a stand-in until one is trained, and
+    what the block-cost measurement times (a forward costs the same whatever the weights)."""
     text = target.config
     config = DFlashConfig(
         vocab_size=text.vocab_size,
         hidden_size=text.hidden_size,
         intermediate_size=text.intermediate_size,
-        num_hidden_layers=1,
+        num_hidden_layers=num_layers,
         num_attention_heads=text.num_attention_heads,
         num_key_value_heads=text.num_key_value_heads,
         head_dim=text.hidden_size // text.num_attention_heads,

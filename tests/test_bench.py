@@ -177,6 +177,22 @@ def test_sampling_run_skips_the_equality_check(models, chat_tokenizer, jsonl_dat
     assert all(row["greedy_match"] is None for row in results["rows"])
 
 
+def test_several_drafters_each_get_a_dflash_row_and_a_dels_row_per_head(models, chat_tokenizer, jsonl_dataset):
+    target, drafter, head = models
+    other = make_dflash(block_size=4, seed=7)
+    results = run_bench(
+        target, [drafter, other], [head], tokenizer=chat_tokenizer, dataset=jsonl_dataset, num_prompts=2,
+        max_new_tokens=12, peers=False, progress=False,
+    )  # fmt: skip
+    names = [row["name"] for row in results["rows"]]
+    assert names == [
+        runner.BASELINE, runner.REFERENCE, "DFlash (b=4, dflash0)", "DeLS (b=4, dflash0, head0)",
+        "DFlash (b=4, dflash1)", "DeLS (b=4, dflash1, head0)",
+    ]  # fmt: skip
+    assert results["greedy_check"]["ok"]  # the largest common block size (4) is the default
+    assert len(results["settings"]["dflash"]) == 2
+
+
 # -- validation before any work ----------------------------------------------------------------------------
 
 
@@ -316,6 +332,9 @@ def test_cli_arguments_match_the_issue():
          "--score"]
     )  # fmt: skip
     assert args.head == ["H1", "H2"] and args.num_prompts == 5 and args.block_size == 4 and args.score
+    assert args.dflash == ["D"] and args.peers
+    both = parser.parse_args(["--target", "T", "--dflash", "D1", "--dflash", "D2", "--no-peers"])
+    assert both.dflash == ["D1", "D2"] and not both.peers
     assert runner.load_json_kwargs(args.target_kwargs) == {"gguf_file": "m.gguf"}
     with pytest.raises(BenchArgumentError, match="JSON"):
         runner.load_json_kwargs("{gguf_file: x}")

@@ -17,7 +17,13 @@ def add_bench_arguments(parser: argparse.ArgumentParser) -> argparse.ArgumentPar
         metavar="JSON",
         help='extra from_pretrained arguments of the target as JSON, e.g. \'{"gguf_file": "model.gguf"}\'',
     )
-    parser.add_argument("--dflash", required=True, help="DFlash drafter: Hub id or local path (z-lab format)")
+    parser.add_argument(
+        "--dflash",
+        action="append",
+        required=True,
+        metavar="DFLASH",
+        help="DFlash drafter: Hub id or local path (z-lab format); repeat to compare drafters, each with every head",
+    )
     parser.add_argument(
         "--head",
         action="append",
@@ -53,6 +59,12 @@ def add_bench_arguments(parser: argparse.ArgumentParser) -> argparse.ArgumentPar
         default="bench-out",
         metavar="DIR",
         help="where results.json, results.md, samples.jsonl and the PNGs go (default: bench-out)",
+    )
+    parser.add_argument(
+        "--no-peers",
+        dest="peers",
+        action="store_false",
+        help="skip the transformers rows (prompt lookup, transformers DFlash) to save time",
     )
     parser.add_argument(
         "--score",
@@ -99,4 +111,5 @@ def _run(args: argparse.Namespace) -> dict:
         seed=args.seed,
         out=args.out,
         score=args.score,
+        peers=args.peers,
     )

@@ -19,7 +19,7 @@ from tqdm.auto import tqdm
 
 from ..errors import BenchArgumentError, BlockSizeError
 from ..generation import DeLSGenerator
-from ..generation.loading import load_head
+from ..generation.loading import load_dflash, load_head
 from . import stats
 from .environment import PeakMemory, load_average, machine, versions
 from .peers import (
@@ -48,7 +48,7 @@ class BenchSettings:
     """Everything a run depends on; validated before any model is loaded or any token generated."""
 
     target: object
-    dflash: object
+    dflash: object  # one drafter, or a list: one DFlash row and one DeLS row per head for each
     heads: list = field(default_factory=list)
     dataset: str = "humaneval"
     num_prompts: int | None = None
@@ -93,6 +93,14 @@ class BenchSettings:
                 )
         if self.heads and any(h is None for h in self.heads):
             raise BenchArgumentError("heads must be paths, Hub ids or loaded DeLSLocalHead models, not None")
+        if not self.drafters or any(d is None for d in self.drafters):
+            raise BenchArgumentError(
+                f"dflash must be one or more drafters (paths, Hub ids or models), got {self.dflash!r}"
+            )
+
+    @property
+    def drafters(self) -> list:
+        return list(self.dflash) if isinstance(self.dflash, (list, tuple)) else [self.dflash]
 
     @property
     def sampling(self) -> Sampling:
@@ -105,7 +113,7 @@ class BenchSettings:
         settings = {k: v for k, v in asdict(self).items() if k not in ("target", "dflash", "heads", "tokenizer")}
         settings.update(
             target=describe(self.target),
-            dflash=describe(self.dflash),
+            dflash=[describe(d) for d in self.drafters],
             heads=[describe(h) for h in self.heads],
             tokenizer=describe(self.tokenizer),
         )
@@ -135,33 +143,46 @@ def encode_chat(tokenizer, messages: list[dict], device) -> torch.Tensor:
 # -- rows ------------------------------------------------------------------------------------------------
 
 
-def _head_label(head, index: int) -> str:
-    if isinstance(head, (str, os.PathLike)):
-        return Path(str(head)).name or str(head)
-    return getattr(getattr(head, "config", None), "name_or_path", "") or f"head{index}"
+def _model_label(model, index: int, kind: str) -> str:
+    if isinstance(model, (str, os.PathLike)):
+        return Path(str(model)).name or str(model)
+    return getattr(getattr(model, "config", None), "name_or_path", "") or f"{kind}{index}"
 
 
-def build_rows(settings: BenchSettings, generator: DeLSGenerator, block_size: int) -> tuple[list[Row], list[dict]]:
-    """Every row of the run, in table order, and the rows skipped with their reasons."""
+def _unique_labels(models: list, kind: str) -> list[str]:
+    labels = []
+    for index, model in enumerate(models):
+        label = _model_label(model, index, kind)
+        labels.append(label if label not in labels else f"{label}#{index}")
+    return labels
+
+
+def build_rows(
+    settings: BenchSettings, generator: DeLSGenerator, drafters: list, block_size: int
+) -> tuple[list[Row], list[dict]]:
+    """Every row of the run, in table order, and the rows skipped with their reasons.
+
+    ``drafters`` are the loaded drafters (``generator.drafter`` first); with more than one, the DFlash and
+    DeLS row names say which drafter they ran.
+    """
     target, drafter, tokenizer = generator.target, generator.drafter, generator.tokenizer
     pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id
     rows: list[Row] = [
         plain_decoding_row(BASELINE, DeLSGenerator(target, drafter, None, tokenizer)),
         target_generate_row(target, pad),
-        LoopRow(f"DFlash (b={block_size})", "dflash", generator, block_size),
     ]
-    labels = set()
-    for index, head in enumerate(settings.heads):
-        loaded = load_head(head)
-        loaded = loaded.to(device=target.device, dtype=target.dtype)
-        with_head = DeLSGenerator(target, drafter, loaded, tokenizer)
-        label = _head_label(head, index)
-        label = label if label not in labels else f"{label}#{index}"
-        labels.add(label)
-        rows.append(
-            LoopRow(f"DeLS (b={block_size}, {label})", "dels", with_head, block_size, label, settings.alpha,
-                    settings.beta)
-        )  # fmt: skip
+    heads = [load_head(head).to(device=target.device, dtype=target.dtype) for head in settings.heads]
+    head_labels = _unique_labels(settings.heads, "head")
+    drafter_labels = _unique_labels(settings.drafters, "dflash")
+    for drafter_label, each in zip(drafter_labels, drafters):
+        which = f", {drafter_label}" if len(drafters) > 1 else ""
+        rows.append(LoopRow(f"DFlash (b={block_size}{which})", "dflash", DeLSGenerator(target, each, None, tokenizer),
+                            block_size))
+        for label, head in zip(head_labels, heads):
+            rows.append(
+                LoopRow(f"DeLS (b={block_size}{which}, {label})", "dels", DeLSGenerator(target, each, head, tokenizer),
+                        block_size, label, settings.alpha, settings.beta)
+            )  # fmt: skip
     skipped = []
     if not settings.peers:
         return rows, [{"row": "transformers peers", "reason": "disabled (peers=False)"}]
@@ -366,7 +387,7 @@ def load_generator(settings: BenchSettings) -> DeLSGenerator:
     if device is None and isinstance(settings.target, (str, os.PathLike)) and torch.cuda.is_available():
         device = "cuda"
     generator = DeLSGenerator.from_pretrained(
-        settings.target, settings.dflash, tokenizer=settings.tokenizer, device=device, **settings.target_kwargs
+        settings.target, settings.drafters[0], tokenizer=settings.tokenizer, device=device, **settings.target_kwargs
     )
     if generator.tokenizer is None:
         raise BenchArgumentError(
@@ -380,7 +401,8 @@ def run_bench(target, dflash, heads=(), **options) -> dict:
 
     Args:
         target: Hub id, local path or loaded causal LM (``target_kwargs`` such as ``gguf_file`` pass through).
-        dflash: Hub id, local path or loaded ``DFlashDraftModel``.
+        dflash: Hub id, local path or loaded ``DFlashDraftModel``; or a list of them, one DFlash row and one
+            DeLS row per head each (the first also drives the transformers DFlash peer).
         heads: local heads (paths, Hub ids or loaded), one DeLS row each.
         **options: the ``BenchSettings`` fields: dataset, num_prompts, max_new_tokens, temperature, top_p,
             block_size, alpha, beta, seed, out (directory for results.json, results.md, PNGs; None writes
@@ -396,16 +418,17 @@ def run_bench(target, dflash, heads=(), **options) -> dict:
     prompts = load_prompts(settings.dataset, settings.num_prompts, settings.seed)
 
     generator = load_generator(settings)
-    block_size = settings.block_size or generator.block_size
-    if not 2 <= block_size <= generator.block_size:  # now, not after the first prompt
-        raise BlockSizeError(
-            f"block_size {block_size} is outside 2..{generator.block_size} (the drafter's block size)"
-        )
+    place = {"device": generator.device, "dtype": generator.target.dtype}
+    drafters = [generator.drafter] + [load_dflash(d, place["dtype"]).to(**place) for d in settings.drafters[1:]]
+    largest = min(d.config.block_size for d in drafters)
+    block_size = settings.block_size or largest
+    if not 2 <= block_size <= largest:  # now, not after the first prompt
+        raise BlockSizeError(f"block_size {block_size} is outside 2..{largest} (the drafters' block size)")
     tokenizer, device = generator.tokenizer, generator.device
     sampling = settings.sampling
     memory = PeakMemory(device)
 
-    rows, skipped = build_rows(settings, generator, block_size)
+    rows, skipped = build_rows(settings, generator, drafters, block_size)
     if settings.warmup:
         rows = warm_up(rows, prompts[0], tokenizer, sampling, settings.seed, device, memory, skipped)
     runs = measure(rows, prompts, tokenizer, sampling, settings.seed, device, memory, skipped, settings.progress)
