@@ -1,4 +1,5 @@
-"""``dels-hub``: generate | demo | bench | train-head | train-dflash | regenerate."""
+"""``dels-hub``: generate | demo | bench | tune-fusion | train-head | train-dflash | regenerate | families | card |
+upload."""
 
 import argparse
 import importlib
@@ -60,6 +61,8 @@ def _demo(args):
 # Subcommands that live in optional packages: (name, module, add-arguments function, main function, help).
 _EXTENSIONS = [
     ("bench", "dels_hub.bench", "add_bench_arguments", "bench_main", "measure tau and speedup of every row"),
+    ("tune-fusion", "dels_hub.bench", "add_tune_fusion_arguments", "tune_fusion_main",
+     "choose a head's fusion weights on ShareGPT validation continuations"),
     ("train-head", "dels_hub.training", "add_train_head_arguments", "train_head_main", "train a local head"),
     ("train-dflash", "dels_hub.training", "add_train_dflash_arguments", "train_dflash_main", "train a DFlash drafter"),
     ("regenerate", "dels_hub.training", "add_regenerate_arguments", "regenerate_main",

@@ -1,8 +1,10 @@
 """Fusion-weight tuning by replay: it must reproduce the loop's own greedy acceptance lengths."""
 
+import json
+
 import torch
 
-from dels_hub import DeLSGenerator
+from dels_hub import DeLSGenerator, cli
 from dels_hub.bench.fusion_tuning import replay_acceptance, tune_fusion
 
 from conftest import make_dflash, make_head, make_target, make_tokenizer
@@ -41,3 +43,26 @@ def test_tune_fusion_ranks_the_grid():
     results = tune_fusion(target, drafter, head, sequences, alphas=[0.0, 0.5, 2.0], betas=[0.0, 0.3])
     assert len(results) == 6 and all(1.0 <= r["tau"] <= 4.0 for r in results)
     assert [r["tau"] for r in results] == sorted((r["tau"] for r in results), reverse=True)
+
+
+def test_tune_fusion_cli_writes_the_best_weights_into_the_head(tmp_path, capsys):
+    tokenizer = make_tokenizer(VOCAB - 2)
+    make_target("qwen3", vocab=VOCAB).save_pretrained(tmp_path / "target")
+    tokenizer.save_pretrained(tmp_path / "target")
+    make_dflash(4, VOCAB - 1, vocab=VOCAB, seed=5).save_pretrained(tmp_path / "dflash")
+    make_head(tokenizer, vocab=VOCAB - 2).save_pretrained(tmp_path / "head")
+    args = ["tune-fusion", "--target", str(tmp_path / "target"), "--dflash", str(tmp_path / "dflash"),
+            "--head", str(tmp_path / "head"), "--num-prompts", "2", "--max-new-tokens", "12",
+            "--alphas", "0.0", "2.0", "--betas", "0.0", "0.5", "--json", str(tmp_path / "grid.json"), "--write"]
+    assert cli.main(args) == 0
+    grid = json.loads((tmp_path / "grid.json").read_text())
+    (name, rows), = grid["grids"].items()
+    assert len(rows) == 5 and rows[-1]["alpha"] is None  # the 2 x 2 grid, best first, then DFlash only
+    best = grid["best"]
+    assert (best["alpha"], best["beta"]) == (rows[0]["alpha"], rows[0]["beta"])
+    saved = json.loads((tmp_path / "head" / "config.json").read_text())
+    assert (saved["alpha"], saved["beta"]) == (best["alpha"], best["beta"])
+    assert "DFlash only" in capsys.readouterr().out
+
+    assert cli.main(args[:-1] + ["--num-prompts", "0"]) == 2  # bad input: a message, before any loading
+    assert "--num-prompts must be >= 1" in capsys.readouterr().err

@@ -6,7 +6,7 @@ subcommand is ``add_bench_arguments(parser)`` + ``bench_main(args)``.
 
 from ..errors import BenchArgumentError, DatasetFileError, DatasetUnavailableError, UnknownDatasetError
 from .cli import add_bench_arguments, bench_main
-from .fusion_tuning import replay_acceptance, tune_fusion
+from .fusion_tuning import add_tune_fusion_arguments, replay_acceptance, tune_fusion, tune_fusion_main
 from .prompts import Prompt, load_prompts, sharegpt_split
 from .report import markdown_table
 from .runner import BenchSettings, GreedyMismatchWarning, run_bench
@@ -27,4 +27,6 @@ __all__ = [
     "run_bench",
     "sharegpt_split",
     "tune_fusion",
+    "tune_fusion_main",
+    "add_tune_fusion_arguments",
 ]

@@ -9,10 +9,16 @@ grid point. Drafter outputs are cached per anchor: only the head re-runs for eac
 equals the loop's own ``acceptance_lengths`` up to float rounding of near-ties (tested).
 """
 
+import argparse
 import itertools
+import json
+import random
+import sys
 
 import torch
+from tqdm.auto import tqdm
 
+from ..errors import BenchArgumentError
 from ..fusion import fusion_weights
 from ..generation.drafting import context_features, propose
 from ..sampling import Warping
@@ -70,3 +76,96 @@ def tune_fusion(target, drafter, head, sequences: list[tuple[torch.Tensor, int]]
             taus.append(sum(lengths) / max(len(lengths), 1))
         results.append({"alpha": alpha, "beta": beta, "tau": sum(taus) / len(taus)})
     return sorted(results, key=lambda r: -r["tau"])
+
+
+# -- dels-hub tune-fusion --------------------------------------------------------------------------------------
+
+
+def validation_sequences(
+    target, tokenizer, num_prompts: int, max_new_tokens: int, seed: int = 0, max_prompt_tokens: int = 1024
+) -> list[tuple]:
+    """``(ids [1, N], prompt_len)`` of seeded ShareGPT *validation* prompts (data that is neither trained on
+    nor benchmarked) with the target's greedy continuations. Prompts over ``max_prompt_tokens`` are passed
+    over: they cost a long prefill and add no blocks."""
+    from .prompts import sharegpt_prompts
+    from .runner import encode_chat
+
+    prompts = sharegpt_prompts("validation")
+    order = random.Random(seed).sample(range(len(prompts)), len(prompts))
+    sequences = []
+    with tqdm(total=num_prompts, desc="target continuations", unit="prompt") as bar:
+        for index in order:
+            input_ids = encode_chat(tokenizer, prompts[index].messages, target.device)
+            if input_ids.shape[1] > max_prompt_tokens:
+                continue
+            out = target.generate(input_ids, max_new_tokens=max_new_tokens, do_sample=False)
+            if out.shape[1] - input_ids.shape[1] >= 2:  # at least one block to replay
+                sequences.append((out, input_ids.shape[1]))
+                bar.update(1)
+            if len(sequences) == num_prompts:
+                break
+    return sequences
+
+
+def add_tune_fusion_arguments(parser: argparse.ArgumentParser) -> argparse.ArgumentParser:
+    parser.add_argument("--target", required=True, help="target model: Hub id or local path")
+    parser.add_argument("--target-kwargs", default=None, metavar="JSON", help="extra from_pretrained arguments")
+    parser.add_argument("--dflash", action="append", required=True, metavar="DFLASH",
+                        help="drafter(s) the head will be fused with; repeat to tune for their mean tau")
+    parser.add_argument("--head", required=True, help="the local head to tune (path)")
+    parser.add_argument("--num-prompts", type=int, default=16, help="ShareGPT validation prompts (default: 16)")
+    parser.add_argument("--max-new-tokens", type=int, default=128, help="greedy continuation length (default: 128)")
+    parser.add_argument("--alphas", type=float, nargs="+", default=[0.1, 0.2, 0.3, 0.5, 0.7, 1.0])
+    parser.add_argument("--betas", type=float, nargs="+", default=[0.0, 0.1, 0.2, 0.3, 0.5])
+    parser.add_argument("--seed", type=int, default=0, help="which validation prompts (default: 0)")
+    parser.add_argument("--write", action="store_true",
+                        help="store the best (alpha, beta) as the head's defaults in its config.json")
+    parser.add_argument("--json", default=None, help="also write the whole grid here")
+    return parser
+
+
+def tune_fusion_main(args: argparse.Namespace) -> int:
+    """Grid-search (alpha, beta) on validation continuations; print the ranking; optionally save the best."""
+    from ..generation.loading import load_dflash, load_head, load_target, load_tokenizer
+    from .runner import load_json_kwargs
+
+    checks = [(args.num_prompts >= 1, f"--num-prompts must be >= 1, got {args.num_prompts}"),
+              (args.max_new_tokens >= 2, f"--max-new-tokens must be >= 2, got {args.max_new_tokens}"),
+              (all(a >= 0 for a in args.alphas + args.betas), "alphas and betas must be >= 0")]
+    for ok, message in checks:
+        if not ok:
+            raise BenchArgumentError(message)
+    kwargs = load_json_kwargs(args.target_kwargs)
+    tokenizer = load_tokenizer(args.target, None, **kwargs)
+    target = load_target(args.target, None, **kwargs)
+    head = load_head(args.head).to(target.dtype).eval()
+    drafters = [load_dflash(d, target.dtype).eval() for d in args.dflash]
+    sequences = validation_sequences(target, tokenizer, args.num_prompts, args.max_new_tokens, args.seed)
+    grids = {}
+    for name, drafter in tqdm(list(zip(args.dflash, drafters)), desc="drafters", unit="drafter"):
+        grids[name] = tune_fusion(target, drafter, head, sequences, args.alphas, args.betas)
+        grids[name].append({"alpha": None, "beta": None,
+                             "tau": tune_fusion(target, drafter, None, sequences, [0.0], [0.0])[0]["tau"]})
+    table = {}
+    for name, grid in grids.items():
+        for row in grid:
+            table.setdefault((row["alpha"], row["beta"]), {})[name] = row["tau"]
+    ranked = sorted(((key, taus) for key in table if key[0] is not None for taus in [table[key]]),
+                    key=lambda item: -sum(item[1].values()) / len(item[1]))
+    print("alpha  beta   " + "  ".join(f"tau[{n}]" for n in args.dflash))
+    print("DFlash only   " + "  ".join(f"{table[(None, None)][n]:.3f}" for n in args.dflash))
+    for (alpha, beta), taus in ranked[:10]:
+        print(f"{alpha:<6g} {beta:<6g} " + "  ".join(f"{taus[n]:.3f}" for n in args.dflash))
+    (best_alpha, best_beta), _ = ranked[0]
+    if args.json:
+        with open(args.json, "w") as handle:
+            json.dump({"sequences": len(sequences), "max_new_tokens": args.max_new_tokens, "seed": args.seed,
+                       "best": {"alpha": best_alpha, "beta": best_beta}, "grids": grids}, handle, indent=1)
+    if args.write:
+        from ..heads import DeLSLocalHeadConfig
+
+        config = DeLSLocalHeadConfig.from_pretrained(args.head)
+        config.alpha, config.beta = best_alpha, best_beta
+        config.save_pretrained(args.head)
+        print(f"wrote alpha={best_alpha}, beta={best_beta} to {args.head}/config.json", file=sys.stderr)
+    return 0

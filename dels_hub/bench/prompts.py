@@ -113,10 +113,11 @@ def sharegpt_split(name: str) -> list[dict]:
     return list(records[start:end])
 
 
-def sharegpt_prompts() -> list[Prompt]:
-    """First user turn of each held-out conversation that has one (some start with, or only hold, gpt turns)."""
+def sharegpt_prompts(split: str = "heldout") -> list[Prompt]:
+    """First user turn of each conversation of ``split`` that has one (some start with, or only hold, gpt
+    turns). The benchmark reads ``heldout``; fusion tuning reads ``validation``."""
     prompts = []
-    for record in sharegpt_split("heldout"):
+    for record in sharegpt_split(split):
         turn = next((t for t in record.get("conversations", []) if t.get("from") in USER_ROLES), None)
         if turn is not None and turn.get("value", "").strip():
             prompts.append(Prompt(id=str(record.get("id", len(prompts))), messages=user(turn["value"])))
