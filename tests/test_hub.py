@@ -16,7 +16,7 @@ from conftest import make_dflash, make_head, make_target, make_tokenizer
 
 RESULTS = {
     "settings": {"dataset": "humaneval", "num_prompts": 2, "max_new_tokens": 64, "temperature": 0.0, "top_p": 1.0,
-                 "block_size": 16, "seed": 0, "target": "Qwen/Qwen3-8B", "dflash": "z-lab/Qwen3-8B-DFlash-b16",
+                 "block_size": 16, "seed": 0, "target": "Qwen/Qwen3-8B", "dflash": ["z-lab/Qwen3-8B-DFlash-b16"],
                  "heads": ["ORG/qwen3-dels-head"], "target_kwargs": {}},
     "machine": {"gpu": "NVIDIA H200", "cpu_count": 16},
     "versions": {"transformers": "5.24.0"}, "dtype": "bfloat16", "device": "cuda", "prompts": ["a", "b"],

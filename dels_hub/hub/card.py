@@ -80,7 +80,10 @@ def bench_summary(results: dict) -> dict:
                 f"{row['tokens_per_second_median']:.1f}" if row.get("tokens_per_second_median") else "-"
             ),
         })
-    command = ["dels-hub", "bench", "--target", str(settings["target"]), "--dflash", str(settings["dflash"])]
+    command = ["dels-hub", "bench", "--target", str(settings["target"])]
+    drafters = settings["dflash"] if isinstance(settings["dflash"], list) else [settings["dflash"]]
+    for drafter in drafters:
+        command += ["--dflash", str(drafter)]
     for head in settings.get("heads") or []:
         command += ["--head", str(head)]
     if settings.get("target_kwargs"):
