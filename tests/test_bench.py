@@ -15,6 +15,7 @@ from dels_hub.bench import (
     add_bench_arguments,
     cli,
     load_prompts,
+    markdown_table,
     prompts,
     run_bench,
     runner,
@@ -191,6 +192,16 @@ def test_several_drafters_each_get_a_dflash_row_and_a_dels_row_per_head(models, 
     ]  # fmt: skip
     assert results["greedy_check"]["ok"]  # the largest common block size (4) is the default
     assert len(results["settings"]["dflash"]) == 2
+
+    # Each DeLS row is compared, prompt by prompt, with the DFlash row of its own drafter.
+    rows = {row["name"]: row for row in results["rows"]}
+    for drafter in ("dflash0", "dflash1"):
+        dels, dflash = rows[f"DeLS (b=4, {drafter}, head0)"], rows[f"DFlash (b=4, {drafter})"]
+        gain = dels["gain_over_dflash"]
+        assert gain["baseline"] == dflash["name"] and gain["tau_difference"]["n"] == 2
+        differences = [d["tau"] - f["tau"] for d, f in zip(dels["per_prompt"], dflash["per_prompt"])]
+        assert gain["tau_difference"]["mean"] == pytest.approx(sum(differences) / 2)
+    assert "over `DFlash (b=4, dflash1)`, paired per prompt: tau" in markdown_table(results)
 
 
 # -- validation before any work ----------------------------------------------------------------------------

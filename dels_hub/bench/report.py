@@ -113,12 +113,22 @@ def markdown_table(results: dict) -> str:
     ]
     loads = [machine.get("load_average_at_start"), machine.get("load_average_at_end")]
     if machine["device"] == "cpu" and all(loads):
-        busy = max(load[0] for load in loads) > 0.5 * machine["cpu_count"]
+        # The run's own threads load the machine too: only load beyond them means other processes.
+        busy = max(load[0] for load in loads) > machine["torch_threads"] + 0.5
         lines.append(
             f"Load average (1 min) {loads[0][0]:.1f} at start, {loads[1][0]:.1f} at end on {machine['cpu_count']} "
             f"cores, {machine['torch_threads']} torch thread(s)"
             + (": other processes were running, so absolute times are inflated; compare ratios." if busy else ".")
         )
+    for row in results["rows"]:
+        gain = row.get("gain_over_dflash")
+        if gain and gain["tau_difference"]["mean"] is not None:
+            diff, speedup = gain["tau_difference"], gain["speedup"]
+            interval = (f" (95% CI {diff['low']:+.3f} to {diff['high']:+.3f})" if diff["low"] is not None else "")
+            relative = f", {100 * gain['tau_gain_relative']:+.1f}%" if gain["tau_gain_relative"] is not None else ""
+            pace = (f"; speed {speedup['ratio_of_medians']:.3f}x of it" if speedup["ratio_of_medians"] else "")
+            lines.append(f"`{row['name']}` over `{gain['baseline']}`, paired per prompt: tau {diff['mean']:+.3f}"
+                         f"{interval}{relative}{pace}.")
     for row in results["rows"]:
         for note in row["notes"]:
             lines.append(f"`{row['name']}`: {note}.")

@@ -58,6 +58,7 @@ class Row:
     block_size: int
     head: str | None = None
     notes: list[str] = field(default_factory=list)
+    compare_to: str | None = None  # a DeLS row's DFlash-only row (same drafter): its gain is reported paired
 
     def generate(self, input_ids: torch.Tensor, sampling: Sampling, seed: int) -> Sample:
         raise NotImplementedError

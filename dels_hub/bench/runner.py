@@ -176,13 +176,15 @@ def build_rows(
     drafter_labels = _unique_labels(settings.drafters, "dflash")
     for drafter_label, each in zip(drafter_labels, drafters):
         which = f", {drafter_label}" if len(drafters) > 1 else ""
-        rows.append(LoopRow(f"DFlash (b={block_size}{which})", "dflash", DeLSGenerator(target, each, None, tokenizer),
-                            block_size))
+        dflash_row = LoopRow(f"DFlash (b={block_size}{which})", "dflash", DeLSGenerator(target, each, None, tokenizer),
+                             block_size)
+        rows.append(dflash_row)
         for label, head in zip(head_labels, heads):
-            rows.append(
-                LoopRow(f"DeLS (b={block_size}{which}, {label})", "dels", DeLSGenerator(target, each, head, tokenizer),
-                        block_size, label, settings.alpha, settings.beta)
-            )  # fmt: skip
+            fused = DeLSGenerator(target, each, head, tokenizer)
+            row = LoopRow(f"DeLS (b={block_size}{which}, {label})", "dels", fused, block_size, label, settings.alpha,
+                          settings.beta)
+            row.compare_to = dflash_row.name
+            rows.append(row)
     skipped = []
     if not settings.peers:
         return rows, [{"row": "transformers peers", "reason": "disabled (peers=False)"}]
@@ -375,8 +377,26 @@ def summarize(rows: list[Row], runs: dict, prompts: list[Prompt], greedy: dict |
             "greedy_match": None if greedy is None else (row.name == REFERENCE or not greedy["mismatches"][row.name]),
             "per_prompt": recs,
         }
+        if row.compare_to in records:
+            base = row.compare_to
+            gain = gain_over(records[base], recs, tpot[base], tpot[row.name])
+            summary["gain_over_dflash"] = gain | {"baseline": base}
         summaries.append(summary)
     return summaries
+
+
+def gain_over(base_records: list[dict], row_records: list[dict], base_tpot: list, row_tpot: list) -> dict:
+    """A row against its baseline row on the same prompts: per-prompt tau differences (mean and 95% interval),
+    the relative tau gain of the means, and the speedup (baseline TPOT over row TPOT)."""
+    pairs = [(b["tau"], r["tau"]) for b, r in zip(base_records, row_records)
+             if b["tau"] is not None and r["tau"] is not None]
+    difference = stats.mean_ci95([r - b for b, r in pairs])
+    base_mean = stats.mean_ci95([b for b, _ in pairs])["mean"]
+    return {
+        "tau_difference": difference,
+        "tau_gain_relative": difference["mean"] / base_mean if base_mean else None,
+        "speedup": stats.speedup(base_tpot, row_tpot),
+    }
 
 
 # -- entry point -----------------------------------------------------------------------------------------
