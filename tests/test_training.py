@@ -327,6 +327,20 @@ def test_lora_finetune_of_a_head(files, trained_head, tmp_path):
     assert torch.equal(base.embed_tokens.weight, tuned.embed_tokens.weight)  # not adapted
 
 
+def test_dflash_training_continues_from_a_saved_drafter(files, trained_dflash, tmp_path):
+    common = {"target": files["target"], "data": files["train"], "eval_data": files["eval"], "num_layers": 2,
+              "init_from": trained_dflash, **SMALL}
+    out = tmp_path / "continued"
+    run(train_dflash_main, add_train_dflash_arguments, output_dir=out, max_steps=4, **{**common, "lr": 1e-12})
+    before, after = DFlashDraftModel.from_pretrained(trained_dflash), DFlashDraftModel.from_pretrained(out)
+    for (name, old), new in zip(before.state_dict().items(), after.state_dict().values()):
+        assert torch.allclose(old, new, atol=1e-6), name  # it started from the saved weights (lr ~ 0)
+    with pytest.raises(RecipeError, match="num_hidden_layers 2 \\(recipe: 3\\)"):
+        run(train_dflash_main, add_train_dflash_arguments, output_dir=tmp_path / "never", max_steps=4,
+            **{**common, "num_layers": 3})
+    assert not (tmp_path / "never").exists()
+
+
 def test_bad_input_fails_before_training(files, trained_head, tmp_path):
     out = tmp_path / "never"
     common = {"tokenizer": files["target"], "eval_data": files["eval"], "output_dir": out, "max_steps": 5}

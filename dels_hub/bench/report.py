@@ -59,7 +59,7 @@ def markdown_table(results: dict) -> str:
         ),
         "",
         (
-            f"target `{settings['target']}` · DFlash `{settings['dflash']}` · {results['dtype']} on "
+            f"target `{settings['target']}` · DFlash {_drafters(settings['dflash'])} · {results['dtype']} on "
             f"{results['device']} ({machine.get('gpu') or str(machine['cpu_count']) + ' CPU cores'}) · "
             f"transformers {results['versions'].get('transformers')} · torch {results['versions'].get('torch')}"
         ),
@@ -137,6 +137,10 @@ def markdown_table(results: dict) -> str:
     if score:
         lines.append(f"pass@1: {score['backend']}.")
     return "\n".join(lines) + "\n"
+
+
+def _drafters(dflash) -> str:
+    return ", ".join(f"`{d}`" for d in (dflash if isinstance(dflash, list) else [dflash]))
 
 
 def _speculative_rows(results: dict) -> list[dict]:

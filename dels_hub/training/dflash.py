@@ -287,6 +287,22 @@ def build_drafter(config: DFlashTrainConfig, target, tokenizer) -> DFlashDraftMo
     return drafter
 
 
+def continued_drafter(config: DFlashTrainConfig, fresh: DFlashDraftModel) -> DFlashDraftModel:
+    """The drafter at ``config.init_from``, in float32, after checking it has the shape the recipe builds
+    (``fresh``): continuing a run must not silently change the layers, block size, features or mask id."""
+    from ..generation.loading import load_dflash
+
+    previous = load_dflash(resolve_location(config.init_from), torch.float32)
+    fields = ("num_hidden_layers", "hidden_size", "intermediate_size", "block_size", "target_layer_ids",
+              "mask_token_id", "vocab_size")
+    differ = {f: (getattr(previous.config, f), getattr(fresh.config, f)) for f in fields
+              if getattr(previous.config, f) != getattr(fresh.config, f)}
+    if differ:
+        details = ", ".join(f"{f} {old!r} (recipe: {new!r})" for f, (old, new) in differ.items())
+        raise RecipeError(f"init_from {config.init_from!r} does not have the recipe's shape: {details}")
+    return previous
+
+
 # -- command line ---------------------------------------------------------------------------------------------
 
 
@@ -309,5 +325,7 @@ def train_dflash_main(args) -> dict:
     train_examples, held_out = load_examples(config, tokenizer)
     torch.manual_seed(config.seed)
     drafter = build_drafter(config, target, tokenizer)
+    if config.init_from:
+        drafter = continued_drafter(config, drafter)
     task = DFlashTask(config, target, drafter, train_examples, held_out, accelerator.device)
     return train(config, task, accelerator)

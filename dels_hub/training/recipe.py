@@ -148,6 +148,8 @@ class DFlashTrainConfig(TrainConfig):
                                "accuracy factor")
     peek_anneal: float = _f(0.75, "the reveal ratio reaches zero at this fraction of max_steps")
     peek_ema: float = _f(0.9, "smoothing of the per-layer accuracy that lowers the reveal ratio")
+    init_from: str = _f("", "continue from this drafter (path or Hub id) instead of random weights: a new "
+                        "schedule over its weights; its shape must match the recipe's")
 
     def __post_init__(self):
         super().__post_init__()
