@@ -39,8 +39,9 @@ SHAPES = {
 
 
 def build_smollm2(device, dtype):
-    """The packaged SmolLM2-135M-Instruct target with the drafter and head staged under ``upload/``."""
-    from transformers import AutoModelForCausalLM
+    """The packaged SmolLM2-135M-Instruct target with the drafter and head staged under ``upload/``, and its
+    tokenizer (the head's family is checked against it)."""
+    from transformers import AutoModelForCausalLM, AutoTokenizer
 
     from dels_hub.generation.loading import load_dflash, load_head
     from dels_hub.proving_ground import SMOLLM2_DFLASH, SMOLLM2_HEAD, smollm2_location
@@ -51,7 +52,7 @@ def build_smollm2(device, dtype):
     head = load_head(str(SMOLLM2_HEAD), dtype).to(device)
     target.generation_config.eos_token_id = None  # the oracle decides the acceptance: never stop early
     target.generation_config.pad_token_id = 0
-    return target.eval(), drafter.eval(), head.eval()
+    return target.eval(), drafter.eval(), head.eval(), AutoTokenizer.from_pretrained(directory, **gguf)
 
 
 def build(shape: dict, layers: int | None, block_size: int, device, dtype):
@@ -233,10 +234,11 @@ def variants(args):
 def bench_shape(name, args, device, dtype):
     block_size = args.block_size
     if name == "smollm2":
-        target, drafter, head = build_smollm2(device, dtype)
+        target, drafter, head, tokenizer = build_smollm2(device, dtype)
     else:
         target, drafter, head = build(SHAPES[name], args.layers, block_size, device, dtype)
-    generator = DeLSGenerator(target, drafter, head)
+        tokenizer = None
+    generator = DeLSGenerator(target, drafter, head, tokenizer)
     vocab = target.config.vocab_size
     rng = torch.Generator().manual_seed(0)
     prompts = [torch.randint(0, vocab - 2, (1, args.prompt_len), generator=rng).to(device)
