@@ -37,6 +37,10 @@ class MaskTokenOutOfRangeError(DeLSError):
     """The drafter's ``mask_token_id`` is outside the target's embedding table."""
 
 
+class DtypeMismatchError(DeLSError):
+    """A drafter or head given to ``DeLSGenerator`` does not have the target's dtype."""
+
+
 class BlockSizeError(DeLSError):
     """A block size is below 2 for a drafter, or above what the drafter was trained for."""
 

@@ -9,6 +9,7 @@ from transformers import TextIteratorStreamer
 from dels_hub import DeLSGenerator, Warping, sample, warp_probs
 from dels_hub.errors import (
     BlockSizeError,
+    DtypeMismatchError,
     GenerationArgumentError,
     HiddenSizeMismatchError,
     IncompatibleTokenizerError,
@@ -271,3 +272,13 @@ def test_fusion_schedule_is_validated_at_construction(small):
     drafter = make_dflash(8, SMALL_VOCAB - 1, vocab=SMALL_VOCAB)
     with pytest.raises(ValueError, match="alpha schedule has 3 values but 6 fused positions"):
         DeLSGenerator(small["qwen3"], drafter, small["head"], small["tokenizer"], alpha=[0.1, 0.2, 0.3])
+
+
+def test_a_drafter_or_head_in_another_dtype_is_refused_at_construction(small):
+    target, tokenizer = small["qwen3"], small["tokenizer"]
+    drafter = make_dflash(8, SMALL_VOCAB - 1, vocab=SMALL_VOCAB)
+    with pytest.raises(DtypeMismatchError, match=r"the drafter is torch.bfloat16 but the target is torch.float32"):
+        DeLSGenerator(target, drafter.to(torch.bfloat16), None, tokenizer)
+    head = make_head(tokenizer, vocab=SMALL_VOCAB - 2).to(torch.bfloat16)
+    with pytest.raises(DtypeMismatchError, match="the head is torch.bfloat16"):
+        DeLSGenerator(target, drafter.to(torch.float32), head, tokenizer)

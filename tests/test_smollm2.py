@@ -40,9 +40,12 @@ def smollm2():
 def staged_or_stand_in(target, tokenizer):
     """The staged drafter/head when they exist; otherwise an untrained drafter and a random head (exactness
     does not depend on draft quality, only tau does)."""
-    drafter = load_dflash(str(SMOLLM2_DFLASH)) if SMOLLM2_DFLASH.is_dir() else untrained_smollm2_drafter(target)
+    if SMOLLM2_DFLASH.is_dir():  # staged in bf16; the loop runs everything in the target's float32
+        drafter = load_dflash(str(SMOLLM2_DFLASH), torch.float32)
+    else:
+        drafter = untrained_smollm2_drafter(target)
     if SMOLLM2_HEAD.is_dir():
-        return drafter, load_head(str(SMOLLM2_HEAD))
+        return drafter, load_head(str(SMOLLM2_HEAD), torch.float32)
     torch.manual_seed(0)
     config = DeLSLocalHeadConfig(vocab_size=len(tokenizer), embedding_rank=32, hidden_size=64, output_rank=32,
                                  tokenizer_fingerprint=tokenizer_fingerprint(tokenizer))

@@ -6,7 +6,7 @@ import torch
 from transformers import GenerationConfig
 
 from ..checks import check_compatibility
-from ..errors import BlockSizeError, GenerationArgumentError, UnsupportedInputError
+from ..errors import BlockSizeError, DtypeMismatchError, GenerationArgumentError, UnsupportedInputError
 from ..fusion import fusion_weights
 from ..sampling import Warping
 from .fast_loop import fast_path_supported, fast_speculative_decode
@@ -38,6 +38,12 @@ class DeLSGenerator:
 
     def __init__(self, target, drafter, head=None, tokenizer=None, *, alpha=None, beta=None, pure_prefix_len=None):
         check_compatibility(target, drafter, head, tokenizer)
+        for name, part in (("drafter", drafter), ("head", head)):
+            if part is not None and part.dtype != target.dtype:  # else a matmul fails mid-generation
+                raise DtypeMismatchError(
+                    f"the {name} is {part.dtype} but the target is {target.dtype}: load it with "
+                    f"dtype={target.dtype} or call .to({target.dtype}) (from_pretrained does this)"
+                )
         self.target = target.eval()
         self.drafter = drafter.eval()
         self.head = head.eval() if head is not None else None
