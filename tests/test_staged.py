@@ -1,11 +1,12 @@
 """The Hub-ready SmolLM2 repos committed under ``upload/``: publishable, within budget, and a working pair."""
 
 import json
+from pathlib import Path
 
 import pytest
 from transformers import AutoTokenizer
 
-from dels_hub import tokenizer_fingerprint
+from dels_hub import heads, tokenizer_fingerprint
 from dels_hub.generation.loading import load_dflash, load_head
 from dels_hub.hub import check_repo
 from dels_hub.proving_ground import SMOLLM2_DRAFTERS, SMOLLM2_HEAD, smollm2_location
@@ -38,3 +39,13 @@ def test_staged_head_pairs_with_the_smollm2_tokenizer_and_every_staged_drafter()
             drafter = load_dflash(str(drafter_dir))
             assert drafter.config.block_size <= head.config.block_size
             assert drafter.config.vocab_size == len(tokenizer)
+
+
+def test_staged_head_ships_the_package_remote_code():
+    """The head repo carries its modeling/config files for ``trust_remote_code`` users without dels_hub; they
+    must be the package's own, not a drifted copy."""
+    if not SMOLLM2_HEAD.is_dir():
+        pytest.skip("no head staged")
+    package = Path(heads.__file__).parent
+    for name in ("modeling_local_head.py", "configuration_local_head.py"):
+        assert (SMOLLM2_HEAD / name).read_text() == (package / name).read_text(), name

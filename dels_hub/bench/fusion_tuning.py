@@ -62,20 +62,26 @@ def replay_acceptance(
 
 
 def tune_fusion(target, drafter, head, sequences: list[tuple[torch.Tensor, int]], alphas, betas,
-                block_size: int | None = None, pure_prefix_len: int = 1) -> list[dict]:
+                block_size: int | None = None, pure_prefix_len: int = 1, baseline: bool = False) -> list[dict]:
     """tau (mean over sequences of the per-sequence mean acceptance length) for every (alpha, beta), best
     first. ``sequences`` are ``(ids [1, N], prompt_len)`` pairs of prompts with target greedy continuations,
-    taken from a validation slice (never the benchmark's held-out slice)."""
+    taken from a validation slice (never the benchmark's held-out slice). ``baseline`` appends DFlash alone
+    as ``{"alpha": None, "beta": None, "tau"}``, replayed from the same target features and drafter outputs."""
     caches = [{} for _ in sequences]
-    results = []
-    for alpha, beta in itertools.product(alphas, betas):
+
+    def tau(with_head, alpha, beta) -> float:
         taus = []
         for (ids, prompt_len), cache in zip(sequences, caches, strict=True):
-            lengths = replay_acceptance(target, drafter, head, ids, prompt_len, alpha, beta, block_size,
+            lengths = replay_acceptance(target, drafter, with_head, ids, prompt_len, alpha, beta, block_size,
                                         pure_prefix_len, cache)
             taus.append(sum(lengths) / max(len(lengths), 1))
-        results.append({"alpha": alpha, "beta": beta, "tau": sum(taus) / len(taus)})
-    return sorted(results, key=lambda r: -r["tau"])
+        return sum(taus) / len(taus)
+
+    results = [{"alpha": a, "beta": b, "tau": tau(head, a, b)} for a, b in itertools.product(alphas, betas)]
+    results.sort(key=lambda r: -r["tau"])
+    if baseline:
+        results.append({"alpha": None, "beta": None, "tau": tau(None, 0.0, 0.0)})
+    return results
 
 
 # -- dels-hub tune-fusion --------------------------------------------------------------------------------------
@@ -143,14 +149,12 @@ def tune_fusion_main(args: argparse.Namespace) -> int:
     sequences = validation_sequences(target, tokenizer, args.num_prompts, args.max_new_tokens, args.seed)
     grids = {}
     for name, drafter in tqdm(list(zip(args.dflash, drafters)), desc="drafters", unit="drafter"):
-        grids[name] = tune_fusion(target, drafter, head, sequences, args.alphas, args.betas)
-        grids[name].append({"alpha": None, "beta": None,
-                             "tau": tune_fusion(target, drafter, None, sequences, [0.0], [0.0])[0]["tau"]})
-    table = {}
+        grids[name] = tune_fusion(target, drafter, head, sequences, args.alphas, args.betas, baseline=True)
+    table = {}  # (alpha, beta) -> {drafter: tau}; (None, None) is DFlash alone
     for name, grid in grids.items():
         for row in grid:
             table.setdefault((row["alpha"], row["beta"]), {})[name] = row["tau"]
-    ranked = sorted(((key, taus) for key in table if key[0] is not None for taus in [table[key]]),
+    ranked = sorted(((key, taus) for key, taus in table.items() if key[0] is not None),
                     key=lambda item: -sum(item[1].values()) / len(item[1]))
     print("alpha  beta   " + "  ".join(f"tau[{n}]" for n in args.dflash))
     print("DFlash only   " + "  ".join(f"{table[(None, None)][n]:.3f}" for n in args.dflash))

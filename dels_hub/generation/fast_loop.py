@@ -16,9 +16,9 @@ import time
 import torch
 
 from ..compat import cache_kwarg_name, synchronize
-from ..sampling import Warping, choose, warp_probs
+from ..sampling import Warping, choose
 from .drafting import context_features, propose
-from .loop import DecodeResult, Verifiers, commit_count
+from .loop import DecodeResult, Verifiers, commit_count, verify_block
 from .static_cache import StaticDraftCache, StaticTargetCache, causal_mask
 
 FAST_ATTENTION = ("sdpa", "eager")  # the implementations that take our 4D mask as-is
@@ -108,7 +108,6 @@ def fast_speculative_decode(
     cache_len = max_len + block_size
     if compile:
         cache_len = -(-cache_len // COMPILE_BUCKET) * COMPILE_BUCKET
-    workspace = {} if workspace is None else workspace
     # Only compiled runs keep the target cache between calls (graphs are recorded against its addresses);
     # otherwise it lives for this call. Stale slots of a reused cache are never read: each is rewritten first.
     workspace = workspace if compile and workspace is not None else {}
@@ -172,12 +171,7 @@ def fast_speculative_decode(
             torch.compiler.cudagraph_mark_step_begin()  # the previous block's graph outputs are no longer read
         logits, hidden_states = step(target, verify_ids, position_ids[:, start : start + block_size], kv_index,
                                      target_cache, cache_arg)
-        logits = logits[0]
-        if warping.greedy:
-            tokens, n_accepted = verifiers.greedy(drafts, logits)
-        else:
-            p = warp_probs(logits, warping)
-            tokens, n_accepted = verifiers.rejection(drafts, p[:0] if q is None else q, p, generator)
+        tokens, n_accepted = verify_block(verifiers, warping, drafts, q, logits[0], generator)
 
         # 4. Commit: the one host transfer per block carries the accepted count and the first stop position.
         n_commit, stopped = commit_count(tokens, n_accepted, stop_ids, block_index,

@@ -49,6 +49,15 @@ def commit_count(tokens, n_accepted, stop_ids, block_index, budget: int, transfe
     return min(stop_at + 1 if stopped else n_accepted + 1, budget), stopped
 
 
+def verify_block(verifiers: Verifiers, warping: Warping, drafts: torch.Tensor, q, logits: torch.Tensor, generator):
+    """``(tokens, n_accepted)`` of one block: greedy verification, or rejection sampling against the warped
+    target ``p``. Block size 1 drafts nothing: an empty ``q`` makes the verifier draw the bonus straight from p."""
+    if warping.greedy:
+        return verifiers.greedy(drafts, logits)
+    p = warp_probs(logits, warping)
+    return verifiers.rejection(drafts, p[:0] if q is None else q, p, generator)
+
+
 @torch.inference_mode()
 def speculative_decode(
     target,
@@ -122,13 +131,7 @@ def speculative_decode(
         # 3. Verify: one target forward over [anchor, drafts].
         verify_ids = torch.cat([block[0, :1], drafts]).unsqueeze(0)
         out = target(input_ids=verify_ids, **{cache_arg: target_cache}, use_cache=True, output_hidden_states=True)
-        logits = out.logits[0]
-        if warping.greedy:
-            tokens, n_accepted = verifiers.greedy(drafts, logits)
-        else:
-            p = warp_probs(logits, warping)
-            # Block size 1 drafts nothing: an empty q makes the verifier draw the bonus straight from p.
-            tokens, n_accepted = verifiers.rejection(drafts, p[:0] if q is None else q, p, generator)
+        tokens, n_accepted = verify_block(verifiers, warping, drafts, q, out.logits[0], generator)
 
         # 4. Commit: the one host transfer per block carries the accepted count and the first stop position.
         n_commit, stopped = commit_count(tokens, n_accepted, stop_ids, block_index,
