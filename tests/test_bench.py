@@ -204,6 +204,24 @@ def test_several_drafters_each_get_a_dflash_row_and_a_dels_row_per_head(models, 
     assert "over `DFlash (b=4, dflash1)`, paired per prompt: tau" in markdown_table(results)
 
 
+def test_later_heads_are_compared_with_the_first_on_the_same_drafter(models, chat_tokenizer, jsonl_dataset):
+    """How an adapter is judged against its base head: paired per prompt, same drafter, same run."""
+    target, drafter, head = models
+    other = make_head(chat_tokenizer, seed=9, alpha=1.5)
+    results = run_bench(
+        target, drafter, [head, other], tokenizer=chat_tokenizer, dataset=jsonl_dataset, num_prompts=2,
+        max_new_tokens=12, peers=False, progress=False,
+    )  # fmt: skip
+    first, second = [row for row in results["rows"] if row["kind"] == "dels"]
+    assert (first["head"], second["head"]) == ("head0", "head1")
+    assert "gain_over_first_head" not in first
+    gain = second["gain_over_first_head"]
+    assert gain["baseline"] == first["name"] and gain["tau_difference"]["n"] == 2
+    differences = [b["tau"] - a["tau"] for a, b in zip(first["per_prompt"], second["per_prompt"])]
+    assert gain["tau_difference"]["mean"] == pytest.approx(sum(differences) / 2)
+    assert f"`{second['name']}` over `{first['name']}`, paired per prompt" in markdown_table(results)
+
+
 # -- validation before any work ----------------------------------------------------------------------------
 
 

@@ -7,6 +7,7 @@ import collections
 import json
 import os
 import random
+import re
 import signal
 import subprocess
 import sys
@@ -29,7 +30,10 @@ from dels_hub.training import (
     train_dflash_main,
     train_head_main,
 )
-from dels_hub.training.data import normalize_messages, render_chat
+from dels_hub.families import get_family, tokenizer_fingerprint
+from dels_hub.generation.loading import load_head
+from dels_hub.training.data import load_records, matching_records, normalize_messages, render_chat
+from dels_hub.training.head import family_name, load_tokenizer
 from dels_hub.training.loop import latest_checkpoint, read_log
 from dels_hub.training.masks import attention_mask_for, dflash_mask
 from dels_hub.training.recipe import DFlashTrainConfig, HeadTrainConfig, read_recipe
@@ -325,6 +329,41 @@ def test_lora_finetune_of_a_head(files, trained_head, tmp_path):
     base, tuned = DeLSLocalHead.from_pretrained(trained_head), DeLSLocalHead.from_pretrained(out)
     assert not torch.equal(base.cell.input_gates.weight, tuned.cell.input_gates.weight)  # LoRA merged in
     assert torch.equal(base.embed_tokens.weight, tuned.embed_tokens.weight)  # not adapted
+    # The adapter repo carries no buffers, so the prior stays the base's and head=ADAPTER is the merged head.
+    assert torch.equal(base.unigram_counts, tuned.unigram_counts)
+    from_adapter = load_head(str(out / "adapter"))
+    for name, weight in tuned.state_dict().items():
+        assert torch.allclose(from_adapter.state_dict()[name], weight, atol=1e-6), name
+
+
+def test_record_pattern_trains_on_a_domain_slice(files):
+    config = HeadTrainConfig(tokenizer="unused", data=str(files["train"]), record_pattern=r"\bt7\b")
+    everything = load_records(str(files["train"]))
+    expected = [r for r in everything if re.search(r"\bt7\b", json.dumps(r))]
+    assert 3 <= len(expected) < len(everything)  # the fixture holds both kinds
+    assert matching_records(str(files["train"]), config, 0) == expected
+    assert matching_records(str(files["train"]), config, 2) == expected[:2]  # max_examples counts matches
+    with pytest.raises(TrainingDataError, match="matches record_pattern 't999'"):
+        matching_records(str(files["train"]), HeadTrainConfig(tokenizer="unused", data="x", record_pattern="t999"), 0)
+    with pytest.raises(RecipeError, match="not a regular expression"):
+        HeadTrainConfig(tokenizer="unused", data="x", record_pattern="(t7")
+
+
+def test_head_trains_under_bf16_autocast(files, tmp_path):
+    out = tmp_path / "bf16-autocast"
+    run(train_head_main, add_train_head_arguments, tokenizer=files["target"], data=files["train"],
+        eval_data=files["eval"], output_dir=out, max_steps=2, precision="bf16", **SMALL, **HEAD_SIZES)
+    assert all(torch.isfinite(torch.tensor(r["loss"])) for r in read_log(out) if "loss" in r)
+
+
+def test_family_tokenizer_is_built_offline():
+    tokenizer = load_tokenizer("family:qwen3")
+    assert tokenizer_fingerprint(tokenizer)["sha256"] == get_family("qwen3").sha256
+    assert family_name("family:qwen3") == "qwen3"
+    with pytest.raises(RecipeError, match="family:llama3.*no offline tokenizer"):
+        load_tokenizer("family:llama3")
+    with pytest.raises(RecipeError, match="unknown tokenizer family 'qwen9'"):
+        load_tokenizer("family:qwen9")
 
 
 def test_dflash_training_continues_from_a_saved_drafter(files, trained_dflash, tmp_path):

@@ -120,14 +120,15 @@ def markdown_table(results: dict) -> str:
             f"cores, {machine['torch_threads']} torch thread(s)"
             + (": other processes were running, so absolute times are inflated; compare ratios." if busy else ".")
         )
-    for row in results["rows"]:
-        gain = row.get("gain_over_dflash")
-        if gain and gain["tau_difference"]["mean"] is not None:
+    gains = [row[key] | {"row": row["name"]} for row in results["rows"]
+             for key in ("gain_over_dflash", "gain_over_first_head") if row.get(key)]
+    for gain in gains:
+        if gain["tau_difference"]["mean"] is not None:
             diff, speedup = gain["tau_difference"], gain["speedup"]
             interval = (f" (95% CI {diff['low']:+.3f} to {diff['high']:+.3f})" if diff["low"] is not None else "")
             relative = f", {100 * gain['tau_gain_relative']:+.1f}%" if gain["tau_gain_relative"] is not None else ""
             pace = (f"; speed {speedup['ratio_of_medians']:.3f}x of it" if speedup["ratio_of_medians"] else "")
-            lines.append(f"`{row['name']}` over `{gain['baseline']}`, paired per prompt: tau {diff['mean']:+.3f}"
+            lines.append(f"`{gain['row']}` over `{gain['baseline']}`, paired per prompt: tau {diff['mean']:+.3f}"
                          f"{interval}{relative}{pace}.")
     for row in results["rows"]:
         for note in row["notes"]:

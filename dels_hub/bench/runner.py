@@ -179,11 +179,14 @@ def build_rows(
         dflash_row = LoopRow(f"DFlash (b={block_size}{which})", "dflash", DeLSGenerator(target, each, None, tokenizer),
                              block_size)
         rows.append(dflash_row)
+        first_head_row = None
         for label, head in zip(head_labels, heads):
             fused = DeLSGenerator(target, each, head, tokenizer)
             row = LoopRow(f"DeLS (b={block_size}{which}, {label})", "dels", fused, block_size, label, settings.alpha,
                           settings.beta)
             row.compare_to = dflash_row.name
+            row.compare_to_head = first_head_row.name if first_head_row else None  # e.g. an adapter vs its base
+            first_head_row = first_head_row or row
             rows.append(row)
     skipped = []
     if not settings.peers:
@@ -377,10 +380,9 @@ def summarize(rows: list[Row], runs: dict, prompts: list[Prompt], greedy: dict |
             "greedy_match": None if greedy is None else (row.name == REFERENCE or not greedy["mismatches"][row.name]),
             "per_prompt": recs,
         }
-        if row.compare_to in records:
-            base = row.compare_to
-            gain = gain_over(records[base], recs, tpot[base], tpot[row.name])
-            summary["gain_over_dflash"] = gain | {"baseline": base}
+        for key, base in (("gain_over_dflash", row.compare_to), ("gain_over_first_head", row.compare_to_head)):
+            if base in records:
+                summary[key] = gain_over(records[base], recs, tpot[base], tpot[row.name]) | {"baseline": base}
         summaries.append(summary)
     return summaries
 

@@ -10,6 +10,7 @@ Everything random here takes an explicit ``torch.Generator``: a step's batch is 
 """
 
 import os
+import re
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -178,13 +179,34 @@ def tokenize_records(records: list[dict], tokenizer, config, what: str = "data")
     return examples
 
 
+def record_text(value) -> str:
+    """Every string inside a record (nested turns included), one per line: what ``record_pattern`` searches."""
+    if isinstance(value, str):
+        return value
+    if isinstance(value, dict):
+        value = list(value.values())
+    return "\n".join(record_text(item) for item in value) if isinstance(value, list) else ""
+
+
+def matching_records(source: str, config, max_records: int) -> list[dict]:
+    """``load_records``, keeping only the records that match ``config.record_pattern`` (if set), then the first
+    ``max_records`` of them (0 = all)."""
+    if not config.record_pattern:
+        return load_records(source, config.data_split, max_records)
+    pattern = re.compile(config.record_pattern)
+    records = [r for r in load_records(source, config.data_split) if pattern.search(record_text(r))]
+    if not records:
+        raise TrainingDataError(f"no record of {source!r} matches record_pattern {config.record_pattern!r}")
+    return records[:max_records] if max_records else records
+
+
 def load_examples(config, tokenizer) -> tuple[list[Example], list[Example]]:
     """(train, eval) examples. Without ``eval_data`` the last ``eval_examples`` of ``data`` are held out."""
-    records = load_records(config.data, config.data_split, config.max_examples)
+    records = matching_records(config.data, config, config.max_examples)
     eval_source = config.eval_data or ("sharegpt:validation" if config.data == "sharegpt:train" else "")
     if eval_source:
         train = tokenize_records(records, tokenizer, config, config.data)
-        eval_records = load_records(eval_source, config.data_split, config.eval_examples)
+        eval_records = matching_records(eval_source, config, config.eval_examples)
         held = tokenize_records(eval_records, tokenizer, config, eval_source)[: config.eval_examples]
         return train, held
     examples = tokenize_records(records, tokenizer, config, config.data)

@@ -14,8 +14,8 @@ import torch
 from torch import nn
 from transformers import AutoTokenizer
 
-from ..errors import IncompatibleTokenizerError
-from ..families import tokenizer_fingerprint
+from ..errors import IncompatibleTokenizerError, RecipeError
+from ..families import get_family, tokenizer_fingerprint
 from ..heads import DeLSLocalHead, DeLSLocalHeadConfig
 from .card import write_head_card
 from .data import Example, gather_blocks, load_examples, sample_anchors, slot_weights, unigram_counts
@@ -89,8 +89,9 @@ class HeadTask:
 
 def build_head(config: HeadTrainConfig, tokenizer, train_examples: list[Example]) -> nn.Module:
     """A fresh head for the tokenizer, or ``init_from`` (checked to be of the same tokenizer family; it keeps its
-    sizes and fusion defaults). Either way ``unigram_counts`` is recounted on this run's training data, the
-    distribution the head is being fitted to."""
+    sizes and fusion defaults). ``unigram_counts`` is recounted on this run's training data, the distribution the
+    head is being fitted to, except under LoRA: an adapter repo carries no buffers, so the head a user gets with
+    ``head=ADAPTER`` (base + adapter) keeps the base prior, and the merged head saved beside it must match it."""
     fingerprint = {**tokenizer_fingerprint(tokenizer), "family": config.family or family_name(config.tokenizer)}
     fusion = {
         "alpha": config.alpha[0] if len(config.alpha) == 1 else list(config.alpha),
@@ -118,9 +119,10 @@ def build_head(config: HeadTrainConfig, tokenizer, train_examples: list[Example]
             tokenizer_fingerprint=fingerprint,
             **fusion,
         ))
-    with torch.no_grad():  # the prior of the supervised tokens this run trains on
-        head.unigram_counts.copy_(unigram_counts(train_examples, head.config.vocab_size))
-    if config.lora_rank:
+    if not config.lora_rank:
+        with torch.no_grad():  # the prior of the supervised tokens this run trains on
+            head.unigram_counts.copy_(unigram_counts(train_examples, head.config.vocab_size))
+    else:
         from peft import LoraConfig, get_peft_model
 
         lora = LoraConfig(r=config.lora_rank, lora_alpha=config.lora_alpha, target_modules=list(config.lora_targets),
@@ -131,10 +133,21 @@ def build_head(config: HeadTrainConfig, tokenizer, train_examples: list[Example]
 
 @torch.no_grad()
 def family_name(tokenizer_location: str) -> str:
+    if tokenizer_location.startswith(FAMILY_PREFIX):
+        return tokenizer_location[len(FAMILY_PREFIX):]
     return Path(tokenizer_location.rstrip("/")).name or tokenizer_location
 
 
+FAMILY_PREFIX = "family:"
+
+
 def load_tokenizer(location: str, gguf_file: str = ""):
+    """``family:NAME`` builds the family's tokenizer offline (dels-hub families); else a path, Hub id or pkg:."""
+    if location.startswith(FAMILY_PREFIX):
+        try:
+            return get_family(location[len(FAMILY_PREFIX):]).build_tokenizer()
+        except (KeyError, FileNotFoundError) as error:
+            raise RecipeError(f"tokenizer {location!r}: {error.args[0]}") from error
     location = resolve_location(location)
     kwargs = {"gguf_file": gguf_file} if gguf_file else {}
     return AutoTokenizer.from_pretrained(location, **kwargs)

@@ -9,6 +9,7 @@ the wrong type fail before anything is loaded. The final config is snapshotted i
 import argparse
 import dataclasses
 import importlib.util
+import re
 import tomllib
 import types
 import typing
@@ -41,6 +42,8 @@ class TrainConfig:
                         "eval_examples of data (which are then not trained on)")
     eval_examples: int = _f(32, "held-out sequences used for the periodic evaluation")
     max_examples: int = _f(0, "read at most this many training records (0 = all)")
+    record_pattern: str = _f("", "keep only records whose text matches this regular expression, in the training "
+                             "and the eval data (a domain slice: '```python' keeps conversations with Python code)")
     max_length: int = _f(2048, "tokens per sequence; chat is truncated, plain text cut into windows")
     # blocks and loss
     block_size: int = _f(16, "block size: slot 0 is the anchor, slots 1..bs-1 are supervised")
@@ -87,13 +90,18 @@ class TrainConfig:
             raise RecipeError(f"`gamma` must be > 0, got {self.gamma}")
         if not self.data:
             raise RecipeError("`data` is empty: give a local file, a Hub dataset id or sharegpt:train")
+        try:
+            re.compile(self.record_pattern)
+        except re.error as error:
+            raise RecipeError(f"`record_pattern` {self.record_pattern!r} is not a regular expression: {error}") from None
 
 
 @dataclass
 class HeadTrainConfig(TrainConfig):
     """Local head: tokenizer only, no target weights."""
 
-    tokenizer: str = _f("", "tokenizer path or Hub id (or pkg:PACKAGE for a file shipped in a Python package)")
+    tokenizer: str = _f("", "tokenizer path or Hub id, pkg:PACKAGE for a file shipped in a Python package, or "
+                                "family:NAME for a family's offline tokenizer (dels-hub families)")
     gguf_file: str = _f("", "read the tokenizer from this GGUF file inside `tokenizer`")
     family: str = _f("", "tokenizer family name stored in the fingerprint (default: the tokenizer's name)")
     embedding_rank: int = _f(256, "width of the factorized input embedding (reference 256)")

@@ -32,7 +32,8 @@ class LinearGRUCell(nn.Module):
         reset = torch.sigmoid(x_r + h_r)
         update = torch.sigmoid(x_z + h_z)
         candidate = torch.tanh(x_n + reset * h_n)
-        return torch.lerp(candidate, h, update)
+        # Under bf16 autocast the gates come out bf16 while the zero state is fp32; lerp needs one dtype.
+        return torch.lerp(candidate, h.to(candidate.dtype), update)
 
 
 class DeLSLocalHead(PreTrainedModel):
