@@ -91,3 +91,7 @@ class RepoCheckError(DeLSError):
 
 class AdapterError(DeLSError):
     """A PEFT adapter of a local head names no base head, or does not apply to it."""
+
+
+class PackageLocationError(RecipeError):
+    """A ``pkg:NAME`` location names a Python package that is not installed."""

@@ -4,27 +4,47 @@ import json
 from pathlib import Path
 
 import pytest
+import torch
 from transformers import AutoTokenizer
 
-from dels_hub import heads, tokenizer_fingerprint
+from dels_hub import check_compatibility, heads, tokenizer_fingerprint
+from dels_hub.checks import check_head
+from dels_hub.errors import IncompatibleTokenizerError
+from dels_hub.families import get_family
 from dels_hub.generation.loading import load_dflash, load_head
 from dels_hub.hub import check_repo
-from dels_hub.proving_ground import SMOLLM2_DRAFTERS, SMOLLM2_HEAD, smollm2_location
+from dels_hub.proving_ground import SMOLLM2_DRAFTERS, SMOLLM2_HEAD, UPLOAD_DIR, smollm2_location
 
 MEGABYTE = 1_000_000
-BUDGETS = {**{path: 25 * MEGABYTE for path in SMOLLM2_DRAFTERS.values()}, SMOLLM2_HEAD: 15 * MEGABYTE}
+QWEN3_HEAD = UPLOAD_DIR / "qwen3-dels-head"
+CODE_ADAPTER = UPLOAD_DIR / "smollm2-dels-head-code-lora"  # a PEFT adapter over SMOLLM2_HEAD
+BUDGETS = {
+    **{path: 25 * MEGABYTE for path in SMOLLM2_DRAFTERS.values()},
+    SMOLLM2_HEAD: 15 * MEGABYTE,
+    QWEN3_HEAD: 50 * MEGABYTE,
+    CODE_ADAPTER: 15 * MEGABYTE,
+}
+KINDS = {SMOLLM2_HEAD: "head", QWEN3_HEAD: "head", CODE_ADAPTER: "adapter"}
 STAGED = [path for path in BUDGETS if path.is_dir()]
 
-pytestmark = pytest.mark.skipif(not STAGED, reason="no SmolLM2 repo staged under upload/ yet")
+pytestmark = pytest.mark.skipif(not STAGED, reason="no repo staged under upload/ yet")
+
+
+@pytest.fixture
+def at_repo_root(monkeypatch):
+    """The staged adapter names its base head as ``upload/smollm2-dels-head``, relative to the repository root
+    (before publishing it names the base head's Hub id instead: upload/README.md)."""
+    monkeypatch.chdir(UPLOAD_DIR.parent)
 
 
 @pytest.mark.parametrize("repo", STAGED, ids=lambda path: path.name)
-def test_staged_repo_is_publishable_and_within_budget(repo):
+def test_staged_repo_is_publishable_and_within_budget(repo, at_repo_root):
     report = check_repo(repo)  # a card with metadata, safetensors only, loads strictly with from_pretrained
-    assert report["kind"] == ("head" if repo == SMOLLM2_HEAD else "dflash")
+    assert report["kind"] == KINDS.get(repo, "dflash")
     size = sum(path.stat().st_size for path in repo.iterdir() if path.is_file())
     assert size <= BUDGETS[repo], f"{repo.name}: {size / MEGABYTE:.1f} MB over {BUDGETS[repo] / MEGABYTE:.0f} MB"
-    assert json.loads((repo / "config.json").read_text())["dtype"] == "bfloat16"
+    if report["kind"] != "adapter":
+        assert json.loads((repo / "config.json").read_text())["dtype"] == "bfloat16"
 
 
 def test_staged_head_pairs_with_the_smollm2_tokenizer_and_every_staged_drafter():
@@ -41,11 +61,46 @@ def test_staged_head_pairs_with_the_smollm2_tokenizer_and_every_staged_drafter()
             assert drafter.config.vocab_size == len(tokenizer)
 
 
-def test_staged_head_ships_the_package_remote_code():
+@pytest.mark.parametrize("head", [SMOLLM2_HEAD, QWEN3_HEAD], ids=lambda path: path.name)
+def test_staged_head_ships_the_package_remote_code(head):
     """The head repo carries its modeling/config files for ``trust_remote_code`` users without dels_hub; they
     must be the package's own, not a drifted copy."""
-    if not SMOLLM2_HEAD.is_dir():
-        pytest.skip("no head staged")
+    if not head.is_dir():
+        pytest.skip("not staged")
     package = Path(heads.__file__).parent
     for name in ("modeling_local_head.py", "configuration_local_head.py"):
-        assert (SMOLLM2_HEAD / name).read_text() == (package / name).read_text(), name
+        assert (head / name).read_text() == (package / name).read_text(), name
+
+
+@pytest.mark.parametrize("size", ["8b", "4b"])
+def test_staged_qwen3_head_pairs_with_qwen3_and_its_zlab_drafter(size):
+    """The real configs of Qwen/Qwen3-{8B,4B} and z-lab/Qwen3-{8B,4B}-DFlash-b16, built on the meta device."""
+    if not QWEN3_HEAD.is_dir():
+        pytest.skip("not staged")
+    from test_families import meta_qwen3
+
+    target, drafter = meta_qwen3(size)
+    head = load_head(str(QWEN3_HEAD))
+    check_compatibility(target, drafter, head, get_family("qwen3").build_tokenizer())  # raises on any mismatch
+    assert drafter.config.block_size <= head.config.block_size
+
+
+def test_staged_qwen3_head_is_refused_by_smollm2():
+    if not QWEN3_HEAD.is_dir():
+        pytest.skip("not staged")
+    from test_families import meta_llama
+
+    smollm2 = meta_llama(49152, 576, 30, 9, 3, 1536)  # SmolLM2-135M-Instruct, on the meta device
+    directory, gguf = smollm2_location()
+    with pytest.raises(IncompatibleTokenizerError, match="family 'qwen3'"):
+        check_head(smollm2, load_head(str(QWEN3_HEAD)), AutoTokenizer.from_pretrained(directory, **gguf))
+
+
+def test_staged_adapter_is_its_base_head_adapted(at_repo_root):
+    """head=ADAPTER loads the base head named in adapter_config.json and merges the code LoRA into it."""
+    if not CODE_ADAPTER.is_dir():
+        pytest.skip("not staged")
+    base, adapted = load_head(str(SMOLLM2_HEAD)), load_head(str(CODE_ADAPTER))
+    assert adapted.config.tokenizer_fingerprint == base.config.tokenizer_fingerprint
+    assert torch.equal(adapted.unigram_counts, base.unigram_counts)  # an adapter carries no buffers
+    assert not torch.equal(adapted.output_proj.weight, base.output_proj.weight)  # the LoRA moved the output

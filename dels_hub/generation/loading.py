@@ -10,6 +10,7 @@ from transformers.utils import find_adapter_config_file
 from ..dflash import DFlashDraftModel
 from ..errors import AdapterError, CheckpointKeysError
 from ..heads import DeLSLocalHead
+from ..locations import resolve_location
 
 
 def load_strict(model_class, source: str, what: str, **kwargs):
@@ -28,13 +29,13 @@ def load_strict(model_class, source: str, what: str, **kwargs):
 
 def load_target(target, dtype=None, **kwargs):
     if isinstance(target, (str, os.PathLike)):
-        return AutoModelForCausalLM.from_pretrained(str(target), dtype=dtype or "auto", **kwargs)
+        return AutoModelForCausalLM.from_pretrained(resolve_location(str(target)), dtype=dtype or "auto", **kwargs)
     return target
 
 
 def load_dflash(dflash, dtype=None):
     if isinstance(dflash, (str, os.PathLike)):
-        return load_strict(DFlashDraftModel, str(dflash), "DFlash", dtype=dtype or "auto")
+        return load_strict(DFlashDraftModel, resolve_location(str(dflash)), "DFlash", dtype=dtype or "auto")
     return dflash
 
 
@@ -43,8 +44,8 @@ def load_head(head, dtype=None):
     is loaded strictly and the adapter merged in, so the loop runs a plain head."""
     if head is None or not isinstance(head, (str, os.PathLike)):
         return head
-    dtype = dtype or torch.float32
-    adapter_config = find_adapter_config_file(str(head))
+    dtype, head = dtype or torch.float32, resolve_location(str(head))
+    adapter_config = find_adapter_config_file(head)
     if adapter_config is None:
         return load_strict(DeLSLocalHead, str(head), "local head", dtype=dtype)
     from peft import PeftModel
@@ -52,7 +53,7 @@ def load_head(head, dtype=None):
     base = json.loads(open(adapter_config, encoding="utf-8").read()).get("base_model_name_or_path")
     if not base:
         raise AdapterError(f"adapter {str(head)!r} has no base_model_name_or_path (the base head's id or path)")
-    base_head = load_strict(DeLSLocalHead, base, f"base head of adapter {str(head)!r}", dtype=dtype)
+    base_head = load_strict(DeLSLocalHead, resolve_location(base), f"base head of adapter {str(head)!r}", dtype=dtype)
     try:
         return PeftModel.from_pretrained(base_head, str(head)).merge_and_unload()
     except (KeyError, RuntimeError, ValueError) as error:
@@ -63,7 +64,7 @@ def load_tokenizer(target, tokenizer, **target_kwargs):
     """The tokenizer given, else the one stored with the target (path or Hub id), else None."""
     if tokenizer is None and isinstance(target, (str, os.PathLike)):
         extra = {key: target_kwargs[key] for key in ("gguf_file", "revision", "subfolder") if key in target_kwargs}
-        return AutoTokenizer.from_pretrained(str(target), **extra)
+        return AutoTokenizer.from_pretrained(resolve_location(str(target)), **extra)
     if isinstance(tokenizer, (str, os.PathLike)):
-        return AutoTokenizer.from_pretrained(str(tokenizer))
+        return AutoTokenizer.from_pretrained(resolve_location(str(tokenizer)))
     return tokenizer

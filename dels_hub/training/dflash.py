@@ -30,7 +30,8 @@ from .loop import for_saving
 from .losses import block_loss
 from .masks import attention_mask_for, context_mask, dflash_mask
 from .peek import peeked_forward, reveal_ratios, sample_reveals
-from .recipe import DFlashTrainConfig, add_config_arguments, config_dict, resolve_config, resolve_location
+from ..locations import resolve_location
+from .recipe import DFlashTrainConfig, add_config_arguments, config_dict, resolve_config
 
 LENS_BLOCKS = 64  # blocks per step whose intermediate layers are read through the LM head (peek accuracy)
 

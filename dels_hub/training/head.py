@@ -21,7 +21,8 @@ from .card import write_head_card
 from .data import Example, gather_blocks, load_examples, sample_anchors, slot_weights, unigram_counts
 from .loop import for_saving
 from .losses import block_loss
-from .recipe import HeadTrainConfig, add_config_arguments, config_dict, resolve_config, resolve_location
+from ..locations import resolve_location
+from .recipe import HeadTrainConfig, add_config_arguments, config_dict, resolve_config
 
 
 class HeadObjective(nn.Module):

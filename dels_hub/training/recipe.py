@@ -8,7 +8,6 @@ the wrong type fail before anything is loaded. The final config is snapshotted i
 
 import argparse
 import dataclasses
-import importlib.util
 import re
 import tomllib
 import types
@@ -242,16 +241,3 @@ def read_recipe(config_class, path) -> dict:
 def config_dict(config) -> dict:
     return dataclasses.asdict(config)
 
-
-def resolve_location(location: str) -> str:
-    """``pkg:NAME[/SUB]`` -> the folder of an installed package (found without importing it); else unchanged.
-
-    Lets a recipe name files that ship inside a Python package (the offline SmolLM2 GGUF), portably.
-    """
-    if not location.startswith("pkg:"):
-        return location
-    name, _, sub = location[4:].partition("/")
-    spec = importlib.util.find_spec(name)
-    if spec is None or not spec.submodule_search_locations:
-        raise RecipeError(f"{location!r}: Python package {name!r} is not installed")
-    return str(Path(spec.submodule_search_locations[0]) / sub)

@@ -16,7 +16,8 @@ from tqdm.auto import tqdm
 
 from ..errors import RecipeError
 from .data import load_records, normalize_messages, record_kind
-from .recipe import _f, add_config_arguments, resolve_config, resolve_location
+from ..locations import resolve_location
+from .recipe import _f, add_config_arguments, resolve_config
 
 
 @dataclass

