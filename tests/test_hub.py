@@ -210,6 +210,9 @@ def test_upload_dry_run_of_drafter_and_adapter(tmp_path):
     report = check_repo(adapter)
     assert report["kind"] == "adapter" and "adapter_model.safetensors" in report["files"]
     assert {"peft", "lora"} <= set(report["card"]["tags"])
+    # A local base path means nothing on the Hub: the card points at adapter_config.json instead of naming it.
+    text = (adapter / "README.md").read_text()
+    assert "adapter (rank 2) over the DeLS head that" in text and str(base) not in text
 
 
 def test_placeholders_never_reach_the_metadata(tmp_path):

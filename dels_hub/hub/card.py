@@ -142,7 +142,7 @@ def render_card(
         if kind == "adapter":
             adapter_config = _read_json(repo_dir / "adapter_config.json")
             base = adapter_config.get("base_model_name_or_path") or ""
-            adapter = {"base": base, "r": adapter_config.get("r")}
+            adapter = {"base": base, "r": adapter_config.get("r"), "hub_base": _is_hub_id(base)}
             head_config = _read_json(Path(base) / "config.json") if base and Path(base).is_dir() else None
             if head_config is None:
                 raise RepoCardError(
