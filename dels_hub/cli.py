@@ -9,7 +9,9 @@ import sys
 
 def _add_generate(subparsers):
     parser = subparsers.add_parser("generate", help="generate a reply with DeLS (or DFlash only without --head)")
-    parser.add_argument("--target", required=True, help="target model: Hub id, local path, or pkg:PACKAGE for one shipped in a Python package")
+    parser.add_argument(
+        "--target", required=True, help="target model: Hub id, local path or pkg:PACKAGE (shipped in a Python package)"
+    )
     parser.add_argument(
         "--target-kwargs", default="{}", help='JSON of extra target loading kwargs, e.g. {"gguf_file": "m.gguf"}'
     )

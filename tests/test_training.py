@@ -21,6 +21,8 @@ from safetensors import safe_open
 
 from dels_hub import DeLSGenerator, DeLSLocalHead, DFlashDraftModel
 from dels_hub.errors import IncompatibleTokenizerError, RecipeError, TrainingDataError
+from dels_hub.families import get_family, tokenizer_fingerprint
+from dels_hub.generation.loading import load_head
 from dels_hub.training import (
     add_regenerate_arguments,
     add_train_dflash_arguments,
@@ -30,8 +32,6 @@ from dels_hub.training import (
     train_dflash_main,
     train_head_main,
 )
-from dels_hub.families import get_family, tokenizer_fingerprint
-from dels_hub.generation.loading import load_head
 from dels_hub.training.data import load_records, matching_records, normalize_messages, render_chat
 from dels_hub.training.head import family_name, load_tokenizer
 from dels_hub.training.loop import latest_checkpoint, read_log

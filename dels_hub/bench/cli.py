@@ -10,7 +10,9 @@ from .runner import load_json_kwargs, run_bench
 
 def add_bench_arguments(parser: argparse.ArgumentParser) -> argparse.ArgumentParser:
     """Add the ``dels-hub bench`` options to ``parser`` (a subparser) and return it."""
-    parser.add_argument("--target", required=True, help="target model: Hub id, local path, or pkg:PACKAGE for one shipped in a Python package")
+    parser.add_argument(
+        "--target", required=True, help="target model: Hub id, local path or pkg:PACKAGE (shipped in a Python package)"
+    )
     parser.add_argument(
         "--target-kwargs",
         default=None,

@@ -24,13 +24,13 @@ from ..checks import check_dflash
 from ..dflash import DFlashConfig, DFlashDraftModel, build_target_layer_ids
 from ..errors import RecipeError
 from ..generation.drafting import context_features
+from ..locations import resolve_location
 from .card import write_dflash_card
 from .data import Example, gather_blocks, load_examples, sample_anchors, slot_weights
 from .loop import for_saving
 from .losses import block_loss
 from .masks import attention_mask_for, context_mask, dflash_mask
 from .peek import peeked_forward, reveal_ratios, sample_reveals
-from ..locations import resolve_location
 from .recipe import DFlashTrainConfig, add_config_arguments, config_dict, resolve_config
 
 LENS_BLOCKS = 64  # blocks per step whose intermediate layers are read through the LM head (peek accuracy)

@@ -17,11 +17,11 @@ from transformers import AutoTokenizer
 from ..errors import IncompatibleTokenizerError, RecipeError
 from ..families import get_family, tokenizer_fingerprint
 from ..heads import DeLSLocalHead, DeLSLocalHeadConfig
+from ..locations import resolve_location
 from .card import write_head_card
 from .data import Example, gather_blocks, load_examples, sample_anchors, slot_weights, unigram_counts
 from .loop import for_saving
 from .losses import block_loss
-from ..locations import resolve_location
 from .recipe import HeadTrainConfig, add_config_arguments, config_dict, resolve_config
 
 
@@ -132,14 +132,13 @@ def build_head(config: HeadTrainConfig, tokenizer, train_examples: list[Example]
     return head
 
 
-@torch.no_grad()
+FAMILY_PREFIX = "family:"  # a recipe's `tokenizer = "family:qwen3"`: the family's tokenizer, built offline
+
+
 def family_name(tokenizer_location: str) -> str:
     if tokenizer_location.startswith(FAMILY_PREFIX):
         return tokenizer_location[len(FAMILY_PREFIX):]
     return Path(tokenizer_location.rstrip("/")).name or tokenizer_location
-
-
-FAMILY_PREFIX = "family:"
 
 
 def load_tokenizer(location: str, gguf_file: str = ""):

@@ -92,15 +92,17 @@ class TrainConfig:
         try:
             re.compile(self.record_pattern)
         except re.error as error:
-            raise RecipeError(f"`record_pattern` {self.record_pattern!r} is not a regular expression: {error}") from None
+            raise RecipeError(
+                f"`record_pattern` {self.record_pattern!r} is not a regular expression: {error}"
+            ) from None
 
 
 @dataclass
 class HeadTrainConfig(TrainConfig):
     """Local head: tokenizer only, no target weights."""
 
-    tokenizer: str = _f("", "tokenizer path or Hub id, pkg:PACKAGE for a file shipped in a Python package, or "
-                                "family:NAME for a family's offline tokenizer (dels-hub families)")
+    tokenizer: str = _f("", "tokenizer path or Hub id, pkg:PACKAGE for a file shipped in a Python package, "
+                        "or family:NAME for a family's offline tokenizer (dels-hub families)")
     gguf_file: str = _f("", "read the tokenizer from this GGUF file inside `tokenizer`")
     family: str = _f("", "tokenizer family name stored in the fingerprint (default: the tokenizer's name)")
     embedding_rank: int = _f(256, "width of the factorized input embedding (reference 256)")

@@ -15,8 +15,8 @@ import torch
 from tqdm.auto import tqdm
 
 from ..errors import RecipeError
-from .data import load_records, normalize_messages, record_kind
 from ..locations import resolve_location
+from .data import load_records, normalize_messages, record_kind
 from .recipe import _f, add_config_arguments, resolve_config
 
 
