@@ -47,17 +47,17 @@ def load_head(head, dtype=None):
     dtype, head = dtype or torch.float32, resolve_location(str(head))
     adapter_config = find_adapter_config_file(head)
     if adapter_config is None:
-        return load_strict(DeLSLocalHead, str(head), "local head", dtype=dtype)
+        return load_strict(DeLSLocalHead, head, "local head", dtype=dtype)
     from peft import PeftModel
 
     base = json.loads(open(adapter_config, encoding="utf-8").read()).get("base_model_name_or_path")
     if not base:
-        raise AdapterError(f"adapter {str(head)!r} has no base_model_name_or_path (the base head's id or path)")
-    base_head = load_strict(DeLSLocalHead, resolve_location(base), f"base head of adapter {str(head)!r}", dtype=dtype)
+        raise AdapterError(f"adapter {head!r} has no base_model_name_or_path (the base head's id or path)")
+    base_head = load_strict(DeLSLocalHead, resolve_location(base), f"base head of adapter {head!r}", dtype=dtype)
     try:
-        return PeftModel.from_pretrained(base_head, str(head)).merge_and_unload()
+        return PeftModel.from_pretrained(base_head, head).merge_and_unload()
     except (KeyError, RuntimeError, ValueError) as error:
-        raise AdapterError(f"adapter {str(head)!r} does not apply to its base head {base!r}: {error}") from error
+        raise AdapterError(f"adapter {head!r} does not apply to its base head {base!r}: {error}") from error
 
 
 def load_tokenizer(target, tokenizer, **target_kwargs):

@@ -293,7 +293,7 @@ def continued_drafter(config: DFlashTrainConfig, fresh: DFlashDraftModel) -> DFl
     (``fresh``): continuing a run must not silently change the layers, block size, features or mask id."""
     from ..generation.loading import load_dflash
 
-    previous = load_dflash(resolve_location(config.init_from), torch.float32)
+    previous = load_dflash(config.init_from, torch.float32)  # resolves pkg: locations itself
     fields = ("num_hidden_layers", "hidden_size", "intermediate_size", "block_size", "target_layer_ids",
               "mask_token_id", "vocab_size")
     differ = {f: (getattr(previous.config, f), getattr(fresh.config, f)) for f in fields
