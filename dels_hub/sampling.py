@@ -36,7 +36,9 @@ def warp_probs(logits: torch.Tensor, warping: Warping) -> torch.Tensor:
         sorted_logits = torch.sort(logits, dim=-1).values
         cumulative = sorted_logits.softmax(-1).cumsum(-1)
         dropped = cumulative <= 1.0 - warping.top_p
-        dropped[..., -1] = False
+        # fill_ on a slice, not `dropped[..., -1] = False`: on 1-D CUDA logits that indexes a 0-dim view, and
+        # assigning a Python scalar to it is a blocking host-to-device copy (a sync per draft position).
+        dropped[..., -1:].fill_(False)
         threshold = sorted_logits.masked_fill(dropped, float("inf")).min(dim=-1, keepdim=True).values
         logits = logits.masked_fill(logits < threshold, float("-inf"))
     return logits.softmax(-1)
