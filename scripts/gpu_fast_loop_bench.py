@@ -15,6 +15,7 @@ perf_counter on CPU), tokens/s of both loops and of the target alone, and writes
 
 import argparse
 import json
+import os
 import statistics
 import time
 from contextlib import contextmanager
@@ -72,11 +73,8 @@ def build(shape: dict, layers: int | None, block_size: int, device, dtype):
                 dflash_config={"mask_token_id": shape["vocab_size"] - 1},
             ))
             head = DeLSLocalHead(DeLSLocalHeadConfig(vocab_size=shape["vocab_size"], block_size=block_size))
-            with torch.no_grad():
-                head.output_proj.weight.normal_(0.0, 0.02)  # a "trained-like" head, so the fusion does real work
-                # Random bf16 logits over 152K ids are nearly flat, so the two loops' different attention
-                # shapes would flip near-ties; a sharper LM head makes the exactness check meaningful.
-                target.get_output_embeddings().weight.mul_(20.0)
+            with torch.no_grad():  # a "trained-like" head, so the fusion does real work
+                head.output_proj.weight.normal_(0.0, 0.02)
     finally:
         torch.set_default_dtype(default_dtype)
     target.generation_config.eos_token_id = None  # random weights: never stop early
@@ -241,13 +239,22 @@ def variants(args):
     return rows + [("graphs", True, True)] if args.compile else rows
 
 
-def first_difference(a: torch.Tensor, b: torch.Tensor) -> int | None:
-    """Index of the first differing token of two ``[1, n]`` outputs, or None when they are equal."""
-    if torch.equal(a, b):
-        return None
-    width = min(a.shape[1], b.shape[1])
-    differing = (a[0, :width] != b[0, :width]).nonzero()
-    return int(differing[0]) if len(differing) else width
+def exactness(generator, input_ids) -> dict:
+    """Greedy with the real verifier through both loops. Random bf16 weights give nearly flat logits over a
+    large vocabulary, where the loops' different attention shapes can flip a near-tie; so a difference comes
+    with the target's top-1 minus top-2 logit at that step: a margin within bf16 rounding is a tie, not a bug."""
+    fast = generator.generate(input_ids, max_new_tokens=32, fast=True, eos_token_id=None)
+    eager = generator.generate(input_ids, max_new_tokens=32, fast=False, eos_token_id=None)
+    if torch.equal(fast, eager):
+        return {"fast_equals_eager_greedy": True}
+    width = min(fast.shape[1], eager.shape[1])
+    differing = (fast[0, :width] != eager[0, :width]).nonzero()
+    at = int(differing[0]) if len(differing) else width
+    with torch.no_grad():
+        logits = generator.target(eager[:, :at]).logits[0, -1].float()
+    top = logits.topk(2).values
+    return {"fast_equals_eager_greedy": False, "first_difference_new_token": at - input_ids.shape[1],
+            "eager_top2_margin": float(top[0] - top[1]), "eager_top1_logit": float(top[0])}
 
 
 def attempt(function, *args):
@@ -260,12 +267,16 @@ def attempt(function, *args):
 
 
 def graph_counters() -> dict:
-    """Inductor's CUDA-graph skips and dynamo's graph count: a "graphs" row that skipped CUDA graphs is plain
-    inductor, and the figures must say so."""
+    """Inductor's CUDA-graph skips and dynamo's graph count so far in this process: a compiled row whose skips
+    grew ran plain inductor, not CUDA graphs, and the figures must say so."""
     from torch._dynamo.utils import counters
 
     return {"cudagraph_skips": counters["inductor"]["cudagraph_skips"],
             "unique_graphs": counters["stats"]["unique_graphs"]}
+
+
+def counter_change(before: dict, after: dict) -> dict:
+    return {name: after[name] - before[name] for name in after}
 
 
 def bench_shape(name, args, device, dtype, result: dict, save):
@@ -283,11 +294,7 @@ def bench_shape(name, args, device, dtype, result: dict, save):
                for _ in range(args.prompts)]
     result.update(layers=target.config.num_hidden_layers, fast_path=fast_path_supported(target) or "ok", rows=[])
 
-    # Exactness on this machine: the real greedy verifier, both loops, the same tokens?
-    out_fast = generator.generate(prompts[0], max_new_tokens=32, fast=True, eos_token_id=None)
-    out_eager = generator.generate(prompts[0], max_new_tokens=32, fast=False, eos_token_id=None)
-    result["fast_equals_eager_greedy"] = bool(torch.equal(out_fast, out_eager))
-    result["first_difference"] = first_difference(out_fast, out_eager)
+    result.update(attempt(exactness, generator, prompts[0]))
     save()
 
     for k in args.ks:
@@ -297,11 +304,12 @@ def bench_shape(name, args, device, dtype, result: dict, save):
         for label, fast, compiled in variants(args):
             generator.compile = compiled
             print(f"  k={k} {label}", flush=True)
+            counters_before = graph_counters()
             row[label] = attempt(measure_with_parts, generator, prompts, args, fast)
             if "block_ms" in row[label] and "block_ms" in row["eager"]:
                 row[label]["block_speedup"] = row["eager"]["block_ms"] / row[label]["block_ms"]
-            if compiled:
-                row[label]["graph_counters"] = graph_counters()
+            if compiled:  # this row's own change: compilation shows as new graphs, a fallback as new skips
+                row[label]["graph_counters"] = counter_change(counters_before, graph_counters())
             save()
         generator.compile = False
     generator.verifiers.greedy = loop.Verifiers.greedy
@@ -322,7 +330,7 @@ def bench_shape(name, args, device, dtype, result: dict, save):
 def print_table(result):
     base = result["target_generate"].get("tokens_per_s")
     print(f"\n== {result['shape']} ({result['layers']} layers), fast path: {result['fast_path']}, "
-          f"fast == eager greedy: {result['fast_equals_eager_greedy']}")
+          f"fast == eager greedy: {result.get('fast_equals_eager_greedy', result.get('error'))}")
     print(f"target.generate: {result['target_generate']}; loop at block size 1: {result['loop_block_size_1']}")
     header = (f"{'k':>3} {'path':>6} {'block ms':>9} {'verify':>7} {'draft':>7} {'head':>7} {'overhd':>7} "
               f"{'head %':>7} {'ovh %':>6} {'tok/s':>8} {'vs tgt':>7} {'vs eag':>7}")
@@ -375,9 +383,10 @@ def main():
     torch.manual_seed(0)
     results = []
 
-    def save():  # after every row, so a timeout or a crash keeps what finished
-        with open(args.json, "w") as handle:
+    def save():  # after every row, so a timeout or a crash keeps what finished; replaced whole, never half-written
+        with open(args.json + ".tmp", "w") as handle:
             json.dump({"environment": environment, "results": results}, handle, indent=1)
+        os.replace(args.json + ".tmp", args.json)
 
     for name in shapes:
         began = time.perf_counter()

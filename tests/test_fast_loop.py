@@ -261,3 +261,27 @@ def test_compiled_verify_matches_and_is_not_recompiled(small):
                        small["qwen3"].generate(other_prompt, max_new_tokens=30, do_sample=False))
     assert torch.equal(generator.generate(input_ids, max_new_tokens=30, fast=True, do_sample=True, seed=2), sampled)
     assert counters["stats"]["unique_graphs"] == graphs
+
+
+def test_gpu_bench_script_runs_uninstalled_and_keeps_its_rows(tmp_path):
+    """The GPU benchmark script on the smoke shapes, compiled path included, run the way ``scripts/gpu_check.sh``
+    runs it (the repository on PYTHONPATH): it writes every row, with the loops' exactness and graph counters."""
+    import json
+    import os
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[1]
+    output = tmp_path / "fast.json"
+    environment = dict(os.environ, PYTHONPATH=str(root), OMP_NUM_THREADS="1")
+    subprocess.run([sys.executable, str(root / "scripts" / "gpu_fast_loop_bench.py"), "--smoke", "--ks", "1", "3",
+                    "--compile", "--json", str(output)], cwd=tmp_path, env=environment, check=True,
+                   capture_output=True, timeout=600)
+    (result,) = json.loads(output.read_text())["results"]
+    assert result["fast_equals_eager_greedy"] is True
+    assert [row["k"] for row in result["rows"]] == [1, 3]
+    for row in result["rows"]:
+        assert {"eager", "fast", "graphs"} <= row.keys() and not any("error" in row[path] for path in row if path != "k")
+        assert row["graphs"]["graph_counters"]["cudagraph_skips"] == 0
+    assert result["target_generate"]["tokens_per_s"] > 0

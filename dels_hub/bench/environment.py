@@ -29,7 +29,8 @@ def versions() -> dict:
     return found
 
 
-def machine(device: torch.device) -> dict:
+def machine(device: torch.device, load_average_at_start: list[float] | None) -> dict:
+    """The machine a run measured on; ``load_average_at_start`` is read before the run loads anything."""
     info = {
         "platform": platform.platform(),
         "processor": platform.processor() or platform.machine(),
@@ -37,7 +38,7 @@ def machine(device: torch.device) -> dict:
         "torch_threads": torch.get_num_threads(),
         "device": str(device),
         # Other processes skew CPU timings badly (2 torch threads on 2 busy cores can be 40x slower).
-        "load_average_at_start": load_average(),
+        "load_average_at_start": load_average_at_start,
     }
     if device.type == "cuda":
         info["gpu"] = torch.cuda.get_device_name(device)

@@ -436,7 +436,7 @@ def run_bench(target, dflash, heads=(), **options) -> dict:
     """
     settings = BenchSettings(target=target, dflash=dflash, heads=list(heads), **options)
     settings.validate()
-    started = time.perf_counter()
+    started, load_at_start = time.perf_counter(), load_average()
     prompts = load_prompts(settings.dataset, settings.num_prompts, settings.seed)
 
     generator = load_generator(settings)
@@ -460,7 +460,7 @@ def run_bench(target, dflash, heads=(), **options) -> dict:
     results = {
         "dels_hub_bench": 1,
         "versions": versions(),
-        "machine": machine(device),
+        "machine": machine(device, load_at_start),
         "dtype": str(generator.target.dtype).removeprefix("torch."),
         "device": str(device),
         "peak_memory_kind": memory.kind,
