@@ -263,7 +263,7 @@ def test_compiled_verify_matches_and_is_not_recompiled(small):
     assert counters["stats"]["unique_graphs"] == graphs
 
 
-def test_gpu_bench_script_runs_uninstalled_and_keeps_its_rows(tmp_path):
+def test_gpu_bench_script_writes_every_row_on_smoke_shapes(tmp_path):
     """The GPU benchmark script on the smoke shapes, compiled path included, run the way ``scripts/gpu_check.sh``
     runs it (the repository on PYTHONPATH): it writes every row, with the loops' exactness and graph counters."""
     import json
