@@ -435,6 +435,22 @@ def test_regenerate_rewrites_assistant_turns_with_target_greedy(tmp_path):
         assert messages[1]["content"] == tokenizer.decode(expected, skip_special_tokens=True).strip()
 
 
+def test_regenerate_resumes_without_breaking_records_that_hold_line_separators(tmp_path):
+    target = make_target("llama", vocab=92)
+    target.save_pretrained(tmp_path / "target")
+    chat_tokenizer().save_pretrained(tmp_path / "target")
+    data = write_chat(tmp_path / "chat.jsonl", 4, seed=3)
+    out = tmp_path / "regenerated.jsonl"
+    kept = [json.dumps({"messages": [{"role": "user", "content": f"a{i}\r b\u2028 c\x85"}]}, ensure_ascii=False) + "\n"
+            for i in range(2)]
+    out.write_text("".join(kept) + '{"messages": [{"role": "us', encoding="utf-8")  # one batch, then a cut line
+    run(regenerate_main, add_regenerate_arguments, target=tmp_path / "target", data=data, output=out,
+        batch_size=2, max_new_tokens=4)
+    lines = out.read_text(encoding="utf-8").split("\n")[:-1]
+    assert [line + "\n" for line in lines[:2]] == kept  # the complete batch is kept byte for byte
+    assert len(lines) == 4 and all(json.loads(line)["messages"] for line in lines)
+
+
 def test_dflash_bf16_with_feature_cache_is_reproducible(files, tmp_path):
     values = dict(target=files["target"], data=files["train"], eval_data=files["eval"], max_steps=4, num_layers=2,
                   precision="bf16", feature_cache=tmp_path / "cache", **{**SMALL, "eval_every": 4, "log_every": 2})

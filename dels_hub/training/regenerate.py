@@ -120,7 +120,10 @@ def regenerate_main(args) -> Path:
 
     output = Path(config.output)
     output.parent.mkdir(parents=True, exist_ok=True)
-    lines = output.read_text().splitlines() if output.exists() else []
+    # Split on "\n" alone: records are written with ensure_ascii=False, so an answer may hold "\r", "\u2028"
+    # or "\x85", which splitlines() would take for line ends (breaking records when the file is rewritten).
+    # The last piece is "" after a complete line, or a line cut off by a kill: dropped either way.
+    lines = output.read_text(encoding="utf-8").split("\n")[:-1] if output.exists() else []
     done = len(lines) - len(lines) % config.batch_size  # resume after the last complete batch
     if output.exists():
         output.write_text("".join(line + "\n" for line in lines[:done]))
