@@ -327,11 +327,18 @@ def bench_shape(name, args, device, dtype, result: dict, save):
     return result
 
 
+def rate(data: dict) -> str:
+    """A measurement's tokens/s, or the error that replaced it."""
+    return f"{data['tokens_per_s']:.1f} tok/s" if "tokens_per_s" in data else data["error"]
+
+
 def print_table(result):
     base = result["target_generate"].get("tokens_per_s")
     print(f"\n== {result['shape']} ({result['layers']} layers), fast path: {result['fast_path']}, "
           f"fast == eager greedy: {result.get('fast_equals_eager_greedy', result.get('error'))}")
-    print(f"target.generate: {result['target_generate']}; loop at block size 1: {result['loop_block_size_1']}")
+    at_1 = result["loop_block_size_1"]
+    print(f"target.generate: {rate(result['target_generate'])}; loop at block size 1: fast {rate(at_1['fast'])}, "
+          f"eager {rate(at_1['eager'])}")
     header = (f"{'k':>3} {'path':>6} {'block ms':>9} {'verify':>7} {'draft':>7} {'head':>7} {'overhd':>7} "
               f"{'head %':>7} {'ovh %':>6} {'tok/s':>8} {'vs tgt':>7} {'vs eag':>7}")
     print(header)
