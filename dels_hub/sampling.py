@@ -44,18 +44,23 @@ def warp_probs(logits: torch.Tensor, warping: Warping) -> torch.Tensor:
     return logits.softmax(-1)
 
 
-def sample(probs: torch.Tensor, generator: torch.Generator | None = None) -> torch.Tensor:
-    """One draw per row of ``probs [..., V]`` -> ``[...]`` ids, without a host sync."""
-    race = torch.empty_like(probs).exponential_(generator=generator)
+def sample(probs: torch.Tensor, generator: torch.Generator | None = None, race: torch.Tensor | None = None):
+    """One draw per row of ``probs [..., V]`` -> ``[...]`` ids, without a host sync.
+
+    ``race``: Exp(1) noise of ``probs``' shape drawn beforehand (a compiled graph cannot take the generator);
+    drawn here from ``generator`` when None.
+    """
+    if race is None:
+        race = torch.empty_like(probs).exponential_(generator=generator)
     return (probs / race).argmax(-1)
 
 
-def choose(logits: torch.Tensor, warping: Warping, generator=None) -> tuple[torch.Tensor, torch.Tensor | None]:
+def choose(logits: torch.Tensor, warping: Warping, generator=None, race=None) -> tuple:
     """Pick tokens from ``logits [..., V]``: argmax when greedy, else a sample of the warped distribution.
 
-    Returns ``(ids [...], probs [..., V] or None when greedy)``.
+    Returns ``(ids [...], probs [..., V] or None when greedy)``. ``race`` as in ``sample``.
     """
     if warping.greedy:
         return logits.argmax(-1), None
     probs = warp_probs(logits, warping)
-    return sample(probs, generator), probs
+    return sample(probs, generator, race), probs

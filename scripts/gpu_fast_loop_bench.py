@@ -146,28 +146,28 @@ def instrumented(generator, sections: Sections):
     """Time target forwards (verify; the first is the prefill), drafter + lm_head (draft) and the head loop.
 
     The loops' own lm_head (from ``get_output_embeddings``) is swapped for a timed stand-in; the module
-    itself is untouched, so the target's compiled graph stays valid. With ``generator.compile`` the compiled
-    verify step is timed from outside (a timer inside the target would break its graph) and the eager
-    prefill is not timed.
+    itself is untouched. With ``generator.compile`` the compiled steps are timed from outside (a timer inside
+    would break their graphs): verify, and draft with the head loop inside it; the eager prefill and the
+    first block's eager draft are not timed.
     """
     target, drafter, lm_head = generator.target, generator.drafter, generator.target.get_output_embeddings()
-    saved = (fast_loop.propose, loop.propose, fast_loop.compiled_verify_step)
+    saved = (fast_loop.propose, loop.propose, fast_loop.compiled)
     if generator.compile:
-        fast_loop.compiled_verify_step = lambda device: sections.wrap("verify", saved[2](device))
+        labels = {"verify_step": "verify", "draft_step": "draft"}
+        fast_loop.compiled = lambda step, device: sections.wrap(labels[step.__name__], saved[2](step, device))
     else:
         target.forward = sections.wrap("verify", target.forward)
-    drafter.forward = sections.wrap("draft", drafter.forward)
-    timed_lm_head = Timed(lm_head, sections.wrap("draft", lm_head))
-    target.get_output_embeddings = lambda: timed_lm_head
-    fast_loop.propose = sections.wrap("head", fast_loop.propose)
-    loop.propose = sections.wrap("head", loop.propose)
+        drafter.forward = sections.wrap("draft", drafter.forward)
+        timed_lm_head = Timed(lm_head, sections.wrap("draft", lm_head))
+        target.get_output_embeddings = lambda: timed_lm_head
+        fast_loop.propose = sections.wrap("head", fast_loop.propose)
+        loop.propose = sections.wrap("head", loop.propose)
     try:
         yield
     finally:
-        del target.get_output_embeddings, drafter.forward
         if not generator.compile:
-            del target.forward
-        fast_loop.propose, loop.propose, fast_loop.compiled_verify_step = saved
+            del target.get_output_embeddings, drafter.forward, target.forward
+        fast_loop.propose, loop.propose, fast_loop.compiled = saved
 
 
 def run_loop(generator, input_ids, new_tokens, block_size, fast):
@@ -194,16 +194,21 @@ def measure(generator, prompts, new_tokens, block_size, fast, repeats):
 
 
 def breakdown(generator, input_ids, new_tokens, block_size, fast):
-    """Per-block verify / draft / head / overhead (ms) from one instrumented run."""
+    """Per-block verify / draft / head / overhead (ms) from one instrumented run. Compiled, the head loop runs
+    inside the draft graph: ``draft`` includes it and ``head`` is None."""
     sections = Sections(generator.device)
     with instrumented(generator, sections):
         out, block_time, _ = run_loop(generator, input_ids, new_tokens, block_size, fast)
     blocks = len(out.acceptance_lengths)
-    skip_prefill = 0 if generator.compile else 1
-    parts = {label: 1e3 * sections.seconds(label, skip=skip_prefill if label == "verify" else 0) / blocks
-             for label in ("verify", "draft", "head")}
+    if generator.compile:  # neither the prefill nor the first block's draft ran through a timed graph
+        parts = {"verify": sections.seconds("verify") / blocks, "draft": sections.seconds("draft") / (blocks - 1),
+                 "head": None}
+    else:
+        parts = {"verify": sections.seconds("verify", skip=1) / blocks, "draft": sections.seconds("draft") / blocks,
+                 "head": sections.seconds("head") / blocks}
+    parts = {label: None if value is None else 1e3 * value for label, value in parts.items()}
     parts["block"] = 1e3 * block_time
-    parts["overhead"] = parts["block"] - parts["verify"] - parts["draft"] - parts["head"]
+    parts["overhead"] = parts["block"] - parts["verify"] - parts["draft"] - (parts["head"] or 0.0)
     return parts
 
 
@@ -234,9 +239,10 @@ def target_alone(target, prompts, new_tokens, repeats):
 
 
 def variants(args):
-    """(label, fast, compiled): the eager DynamicCache loop first (the reference of every speedup)."""
-    rows = [("eager", False, False), ("fast", True, False)]
-    return rows + [("graphs", True, True)] if args.compile else rows
+    """(label, fast, compiled, with head): the eager DynamicCache loop first (the reference of every speedup).
+    Compiled, the head runs inside the draft graph, so its cost is the graphs row minus the same row without it."""
+    rows = [("eager", False, False, True), ("fast", True, False, True)]
+    return rows + [("graphs", True, True, True), ("g-nohd", True, True, False)] if args.compile else rows
 
 
 def exactness(generator, input_ids) -> dict:
@@ -301,8 +307,8 @@ def bench_shape(name, args, device, dtype, result: dict, save):
         generator.verifiers.greedy = oracle(k, device)
         row = {"k": k}
         result["rows"].append(row)
-        for label, fast, compiled in variants(args):
-            generator.compile = compiled
+        for label, fast, compiled, with_head in variants(args):
+            generator.compile, generator.head = compiled, head if with_head else None
             print(f"  k={k} {label}", flush=True)
             counters_before = graph_counters()
             row[label] = attempt(measure_with_parts, generator, prompts, args, fast)
@@ -311,7 +317,7 @@ def bench_shape(name, args, device, dtype, result: dict, save):
             if compiled:  # this row's own change: compilation shows as new graphs, a fallback as new skips
                 row[label]["graph_counters"] = counter_change(counters_before, graph_counters())
             save()
-        generator.compile = False
+        generator.compile, generator.head = False, head
     generator.verifiers.greedy = loop.Verifiers.greedy
     result["loop_block_size_1"] = {
         label: attempt(measure, generator, prompts, args.new_tokens, 1, fast, args.repeats)
@@ -349,8 +355,10 @@ def print_table(result):
                 print(f"{row['k']:>3} {label:>6} {data['error']}")
                 continue
             parts = data["parts_ms"]
+            head_ms, head_share = ("in draft", "") if parts["head"] is None else (
+                f"{parts['head']:.2f}", f"{100 * parts['head'] / parts['block']:.1f}%")
             print(f"{row['k']:>3} {label:>6} {data['block_ms']:>9.2f} {parts['verify']:>7.2f} {parts['draft']:>7.2f} "
-                  f"{parts['head']:>7.2f} {parts['overhead']:>7.2f} {100 * parts['head'] / parts['block']:>6.1f}% "
+                  f"{head_ms:>7} {parts['overhead']:>7.2f} {head_share:>7} "
                   f"{100 * parts['overhead'] / parts['block']:>5.1f}% {data['tokens_per_s']:>8.1f} "
                   f"{data['tokens_per_s'] / base if base else float('nan'):>6.2f}x "
                   f"{data.get('block_speedup', float('nan')):>6.2f}x")
@@ -370,7 +378,7 @@ def main():
     parser.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
     parser.add_argument("--json", default="fast_loop_bench.json")
     parser.add_argument("--compile", action=argparse.BooleanOptionalAction, default=None,
-                        help="also time the static loop with its verify compiled (default: on CUDA only)")
+                        help="also time the static loop with its verify and draft steps compiled (default: CUDA only)")
     args = parser.parse_args()
     if args.smoke:
         args.shapes = args.shapes or ["smoke"]

@@ -9,7 +9,7 @@ from dels_hub.fusion import fusion_weights
 from dels_hub.generation import fast_loop
 from dels_hub.generation.fast_loop import fast_path_supported, fast_speculative_decode
 from dels_hub.generation.loop import speculative_decode
-from dels_hub.generation.static_cache import StaticDraftCache, StaticTargetCache, causal_mask
+from dels_hub.generation.static_cache import StaticDraftCache, StaticSlotCache, causal_mask
 from dels_hub.sampling import Warping
 
 from conftest import SMALL_VOCAB, make_dflash, make_head, make_target, make_tokenizer, small_prompts
@@ -163,7 +163,7 @@ def test_static_caches_roll_back_by_pointer():
     assert keys.shape[2] == 7 and torch.equal(keys[:, :, :4], key[:, :, :4]) and torch.equal(keys[:, :, 4:], -key[:, :, :3])
     assert draft.keys[0].data_ptr() == storage  # nothing reallocated
 
-    target = StaticTargetCache(max_len=8, num_layers=1, device="cpu", dtype=torch.float32)
+    target = StaticSlotCache(max_len=8, num_layers=1, device="cpu", dtype=torch.float32)
     target.write_positions = torch.tensor([2, 3])
     keys, _ = target.update(key[:, :, :2], key[:, :, :2], 0)
     assert keys.shape[2] == 8 and torch.equal(keys[:, :, 2:4], key[:, :, :2]) and not keys[:, :, 4:].any()
@@ -245,22 +245,77 @@ def loop_arguments(generator, settings):
     )
 
 
-def test_compiled_verify_matches_and_is_not_recompiled(small):
-    """``generator.compile = True`` (inductor on CPU, CUDA graphs on CUDA): same tokens, one compile per bucket."""
+def compile_counters() -> dict:
     from torch._dynamo.utils import counters
 
+    return {"graphs": counters["stats"]["unique_graphs"], "breaks": sum(counters["graph_break"].values())}
+
+
+def test_compiled_steps_match_and_are_not_recompiled(small):
+    """``generator.compile = True`` (inductor on CPU, CUDA graphs on CUDA) compiles the verify step and the
+    draft step (drafter + head loop) whole: greedy gives the target's tokens with the eager loop's acceptance
+    lengths; one graph per step and warping, none again for another prompt length in the same bucket."""
+    torch._dynamo.reset()  # count this test's graphs from zero, whatever ran before it
     generator = generator_for(small, block_size=8)
     generator.compile = True
-    input_ids = small_prompts(count=1)[0]
-    expected = generator.generate(input_ids, max_new_tokens=30, fast=False)
-    sampled = generator.generate(input_ids, max_new_tokens=30, fast=False, do_sample=True, seed=2)
-    assert torch.equal(generator.generate(input_ids, max_new_tokens=30, fast=True), expected)
-    graphs = counters["stats"]["unique_graphs"]
-    other_prompt = small_prompts(count=1, length=9, seed=4)[0]  # another length, same 256-slot bucket: no new graph
-    assert torch.equal(generator.generate(other_prompt, max_new_tokens=30, fast=True),
-                       small["qwen3"].generate(other_prompt, max_new_tokens=30, do_sample=False))
-    assert torch.equal(generator.generate(input_ids, max_new_tokens=30, fast=True, do_sample=True, seed=2), sampled)
-    assert counters["stats"]["unique_graphs"] == graphs
+    input_ids, other_prompt = small_prompts(count=1)[0], small_prompts(count=1, length=9, seed=4)[0]
+    before = compile_counters()
+    for prompt in (input_ids, other_prompt):  # another length, same 256-slot bucket: no new graph
+        expected = generator.generate(prompt, max_new_tokens=30, fast=False, return_dict_in_generate=True)
+        compiled = generator.generate(prompt, max_new_tokens=30, fast=True, return_dict_in_generate=True)
+        assert torch.equal(compiled.sequences, small["qwen3"].generate(prompt, max_new_tokens=30, do_sample=False))
+        assert compiled.acceptance_lengths == expected.acceptance_lengths
+    assert compile_counters() == {"graphs": before["graphs"] + 2, "breaks": before["breaks"]}  # verify, draft
+
+    # Sampling: the draft graph takes pre-drawn races instead of the generator, so it stays one graph (a third),
+    # and a seed still fixes the output.
+    runs = [generator.generate(input_ids, max_new_tokens=30, fast=True, do_sample=True, top_p=0.9, seed=2)
+            for _ in range(2)]
+    assert torch.equal(*runs)
+    assert compile_counters() == {"graphs": before["graphs"] + 3, "breaks": before["breaks"]}
+
+
+@pytest.mark.parametrize("kind, block_size, with_head", [("llama", 4, False), ("qwen3", 16, True)])
+def test_compiled_draft_with_padded_context_equals_eager(small, kind, block_size, with_head):
+    """The graphed draft always reads the last verify's block_size rows and hides the rejected ones in trash
+    slots; if any leaked into attention, the drafts (hence the acceptance lengths) would differ."""
+    generator = generator_for(small, kind, block_size, with_head)
+    lengths = []
+    for input_ids in small_prompts(count=4):
+        eager = generator.generate(input_ids, max_new_tokens=40, fast=False, return_dict_in_generate=True)
+        generator.compile = True
+        compiled = generator.generate(input_ids, max_new_tokens=40, fast=True, return_dict_in_generate=True)
+        generator.compile = False
+        assert torch.equal(compiled.sequences, small[kind].generate(input_ids, max_new_tokens=40, do_sample=False))
+        assert compiled.acceptance_lengths == eager.acceptance_lengths
+        lengths += compiled.acceptance_lengths
+    assert 1 in lengths and max(lengths) > 2, "need both rejections (padding rows) and multi-token acceptance"
+
+
+def test_compiled_sampling_matches_the_target_distribution(small):
+    """The compiled draft samples with one race per block, a different use of the generator than the eager
+    loop's: its distribution is checked directly, by the exact enumeration of ``test_generation.py`` (whose
+    negative control shows the chi-square check catches a biased verifier)."""
+    from test_generation import chi_square_pvalue, exact_distribution
+
+    target = small["qwen3"]
+    # pure_prefix_len 0 fuses from draft position 1 on: every draft goes through the head.
+    generator = DeLSGenerator(target, make_dflash(4, SMALL_VOCAB - 1, vocab=SMALL_VOCAB), small["head"],
+                              small["tokenizer"], pure_prefix_len=0)
+    generator.compile = True
+    input_ids, new_tokens, samples = small_prompts(count=1)[0], 3, 2500
+    settings = dict(temperature=0.7, top_k=4, top_p=0.9)
+    expected = exact_distribution(target, input_ids, Warping(**settings), new_tokens)
+    rng = torch.Generator().manual_seed(7)
+    counts, graphed = {}, 0
+    for _ in range(samples):
+        out = generator.generate(input_ids, max_new_tokens=new_tokens, do_sample=True, generator=rng,
+                                 return_dict_in_generate=True, **settings)
+        key = tuple(out.sequences[0, input_ids.shape[1]:].tolist())
+        counts[key] = counts.get(key, 0) + 1
+        graphed += len(out.acceptance_lengths) > 1  # a second block: drafted by the compiled step
+    assert chi_square_pvalue(counts, expected, samples) > 1e-3
+    assert graphed > samples // 4, f"only {graphed} runs reached the compiled draft step"
 
 
 def test_gpu_bench_script_writes_every_row_on_smoke_shapes(tmp_path):

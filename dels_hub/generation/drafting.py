@@ -23,6 +23,7 @@ def propose(
     beta: torch.Tensor | None = None,
     drafts: torch.Tensor | None = None,
     q: torch.Tensor | None = None,
+    races: torch.Tensor | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor | None]:
     """Draft the k = bs - 1 tokens of a block.
 
@@ -33,6 +34,8 @@ def propose(
             ``head=None`` drafts from DFlash alone (all slots at once).
         drafts, q: optional preallocated ``[k]`` / ``[k, V]`` outputs, written in place (the static loop's
             buffers); allocated here when None. The random draws are the same either way.
+        races: optional ``[k, V]`` Exp(1) draws to sample with instead of drawing from ``generator``
+            (the compiled draft step's; one draw per block instead of one per position).
 
     Returns:
         ``(drafts [k], q [k, V] or None)``: q, the warped draft distributions the drafts were sampled from,
@@ -40,7 +43,7 @@ def propose(
     """
     k = dflash_logits.shape[0]
     if head is None:
-        ids, probs = choose(dflash_logits, warping, generator)
+        ids, probs = choose(dflash_logits, warping, generator, races)
         if drafts is None:
             return ids, probs
         drafts.copy_(ids)
@@ -58,7 +61,7 @@ def propose(
     head_logits, state = head.step(anchor, state)
     for i in range(k):
         fused = fuse_logits(dflash_logits[i], head_logits[0], log_prior, alpha[i], beta[i])
-        token, probs = choose(fused, warping, generator)
+        token, probs = choose(fused, warping, generator, None if races is None else races[i])
         drafts[i] = token
         if q is not None:
             q[i] = probs

@@ -3,12 +3,17 @@
 Same steps, same random draws and same output as ``loop.speculative_decode`` (which stays the reference
 and the fallback); what changes is where the state lives:
 
-* the target cache is a ``StaticTargetCache`` (slot == position) and every target forward gets a 4D mask
+* the target cache is a ``StaticSlotCache`` (slot == position) and every target forward gets a 4D mask
   built from its positions (slot <= position), so a rejection is rolled back by not reading stale slots;
 * the drafter cache is a ``StaticDraftCache`` whose crop moves a host-int pointer;
 * the verify input ``[anchor, drafts]`` is one preallocated ``[1, block_size]`` buffer that the head loop
   writes in place; positions are views of one arange built per call;
 * the one device-to-host transfer per block packs the accepted count and the first stop position.
+
+Compiled (opt-in), both per-block steps run as graphs at fixed shapes (``graph_steps``): the verify forward,
+and the drafter forward with the head loop, whose context is padded to the last verify's ``block_size`` rows
+and whose cache is a ``StaticSlotCache`` too. Its sampling draws one ``[k, V]`` race per block instead of one
+per position, so a seeded sampled run differs from the eager one (in distribution, it is the same).
 """
 
 import time
@@ -18,13 +23,13 @@ import torch
 from ..compat import cache_kwarg_name, synchronize
 from ..sampling import Warping, choose
 from .drafting import context_features, propose
+from .graph_steps import compiled, draft_step, verify_step
 from .loop import DecodeResult, Verifiers, commit_count, verify_block
-from .static_cache import StaticDraftCache, StaticTargetCache, causal_mask
+from .static_cache import StaticDraftCache, StaticSlotCache
 
 FAST_ATTENTION = ("sdpa", "eager")  # the implementations that take our 4D mask as-is
-# Compiled verify: cache lengths are rounded up to this, so a new prompt length rarely means a new graph.
+# Compiled: cache lengths are rounded up to this, so a new prompt length rarely means a new graph.
 COMPILE_BUCKET = 256
-_compiled_steps: dict[str, object] = {}
 
 
 def to_host(values: torch.Tensor) -> list:
@@ -45,27 +50,6 @@ def fast_path_supported(target) -> str | None:
     if not getattr(target, "_can_compile_fullgraph", False):
         return f"{type(target).__name__} does not declare static-cache (fullgraph) support"
     return None
-
-
-def verify_step(model, ids, positions, kv_index, cache, cache_arg: str, logits_to_keep: int = 0):
-    """One target forward at ``positions`` (``[1, T]``) through the static cache -> ``(logits, hidden_states)``.
-
-    ``kv_index`` is ``arange(max_len)``, the cache's slots. Fixed shapes for a fixed ``T``: this is the
-    function ``torch.compile`` turns into a graph (mask construction included).
-    """
-    cache.write_positions = positions[0]
-    mask = causal_mask(kv_index, positions[0], model.dtype, model.config._attn_implementation)
-    out = model(input_ids=ids, position_ids=positions, attention_mask=mask, **{cache_arg: cache}, use_cache=True,
-                output_hidden_states=True, logits_to_keep=logits_to_keep)
-    return out.logits, out.hidden_states
-
-
-def compiled_verify_step(device: torch.device):
-    """``verify_step`` compiled once per process: CUDA graphs (``reduce-overhead``) on CUDA, inductor elsewhere."""
-    mode = "reduce-overhead" if device.type == "cuda" else "default"
-    if mode not in _compiled_steps:
-        _compiled_steps[mode] = torch.compile(verify_step, mode=mode, dynamic=False)
-    return _compiled_steps[mode]
 
 
 @torch.inference_mode()
@@ -89,9 +73,10 @@ def fast_speculative_decode(
 ) -> DecodeResult:
     """``loop.speculative_decode`` on static caches; same arguments, same result.
 
-    ``compile=True`` runs every verify forward through ``compiled_verify_step`` (opt-in: the first call
-    compiles for each cache-length bucket). ``workspace``, a dict the caller keeps between compiled calls,
-    lets the target cache be reused, so CUDA graphs recorded against its addresses are replayed.
+    ``compile=True`` runs the verify forward and (when the drafter's attention takes a 4D mask) the draft
+    step through ``torch.compile`` (opt-in: the first call compiles for each cache-length bucket).
+    ``workspace``, a dict the caller keeps between compiled calls, lets the caches be reused, so CUDA graphs
+    recorded against their addresses are replayed.
     """
     verifiers = verifiers or Verifiers()
     device = input_ids.device
@@ -103,24 +88,32 @@ def fast_speculative_decode(
     log_prior = head.log_prior().to(device) if head is not None else None
     cache_arg = cache_kwarg_name(type(target))
     k = block_size - 1
+    graph_draft = compile and k > 0 and config._attn_implementation in FAST_ATTENTION
 
     # 0. Allocate once. The last verify starts below max_len - 1 and covers block_size slots.
     cache_len = max_len + block_size
     if compile:
         cache_len = -(-cache_len // COMPILE_BUCKET) * COMPILE_BUCKET
-    # Only compiled runs keep the target cache between calls (graphs are recorded against its addresses);
-    # otherwise it lives for this call. Stale slots of a reused cache are never read: each is rewritten first.
+    # Only compiled runs keep the caches between calls (graphs are recorded against their addresses); otherwise
+    # they live for this call. Stale slots of a reused cache are never read: each is rewritten first.
     workspace = workspace if compile and workspace is not None else {}
-    if workspace.get("key") != (cache_len, device, target.dtype):
-        layers = target.config.num_hidden_layers
-        workspace.update(key=(cache_len, device, target.dtype),
-                         target_cache=StaticTargetCache(cache_len, layers, device, target.dtype))
+    key = (cache_len, block_size, device, target.dtype, drafter.dtype)
+    if workspace.get("key") != key:
+        # The drafter's slot cache has block_size more slots than positions: the padding rows' trash slots.
+        target_layers, draft_layers = target.config.num_hidden_layers, config.num_hidden_layers
+        workspace.update(key=key, target_cache=StaticSlotCache(cache_len, target_layers, device, target.dtype),
+                         slot_draft_cache=StaticSlotCache(cache_len + block_size, draft_layers, device, drafter.dtype))
     target_cache = workspace["target_cache"]
     output = torch.full((1, cache_len), config.mask_token_id, dtype=torch.long, device=device)
     output[:, :prompt_len] = input_ids
-    position_ids = torch.arange(cache_len, device=device).unsqueeze(0)
-    kv_index = position_ids[0]
-    draft_cache = StaticDraftCache(cache_len, config.num_hidden_layers)
+    position_ids = torch.arange(cache_len + block_size, device=device).unsqueeze(0)
+    kv_index, draft_kv_index = position_ids[0, :cache_len], position_ids[0]
+    if graph_draft:
+        draft_cache = workspace["slot_draft_cache"]
+        n_context = torch.full((), prompt_len, dtype=torch.long, device=device)  # a fill, not a host copy
+        races = None if warping.greedy else torch.empty((k, lm_head.out_features), device=device)
+    else:
+        draft_cache = StaticDraftCache(cache_len, config.num_hidden_layers)
     verify_ids = torch.empty((1, block_size), dtype=torch.long, device=device)
     drafts = verify_ids[0, 1:]  # the head loop writes the drafts straight into the verify input
     q_buffer = None
@@ -128,7 +121,8 @@ def fast_speculative_decode(
         q_buffer = torch.empty((k, lm_head.out_features), dtype=torch.float32, device=device)
     block_index = torch.arange(block_size, device=device)
 
-    step = compiled_verify_step(device) if compile else verify_step
+    verify = compiled(verify_step, device) if compile else verify_step
+    draft = compiled(draft_step, device) if graph_draft else draft_step
 
     # 1. Prefill (eager, any length): the target reads the prompt and commits the first token.
     started = time.perf_counter()
@@ -137,6 +131,7 @@ def fast_speculative_decode(
     first, _ = choose(logits[0, -1:], warping, generator)
     output[:, prompt_len] = first
     features = context_features(hidden_states, layer_ids)
+    context_start = 0  # position of features' first row
     if compile:  # the graphs write into these buffers in place: their addresses are part of the graph
         for buffer in target_cache.keys + target_cache.values:
             torch._dynamo.mark_static_address(buffer)
@@ -154,7 +149,22 @@ def fast_speculative_decode(
         verify_ids[0, 0] = block[0, 0]
         q = None
         # 2. Draft: one DFlash forward over the new context and the block, then the head over the block.
-        if k > 0:
+        if graph_draft:
+            if compile and device.type == "cuda":
+                torch.compiler.cudagraph_mark_step_begin()  # the previous block's graph outputs are no longer read
+            if races is not None:
+                races.exponential_(generator=generator)
+            # The first block's context is the whole prompt (any length): that call runs eagerly.
+            step = draft if start > prompt_len else draft_step
+            proposed, q = step(drafter, embed, lm_head, features,
+                               position_ids[:, context_start : context_start + features.shape[1]], n_context, block,
+                               position_ids[:, start : start + block_size], draft_kv_index, draft_cache, warping,
+                               races, head, log_prior, alpha, beta)
+            drafts.copy_(proposed)
+            if start == prompt_len:
+                for buffer in draft_cache.keys + draft_cache.values:
+                    torch._dynamo.mark_static_address(buffer)
+        elif k > 0:
             hidden = drafter(
                 target_hidden=features,
                 noise_embedding=embed(block),
@@ -167,10 +177,10 @@ def fast_speculative_decode(
                            drafts=drafts, q=q_buffer)
 
         # 3. Verify: one target forward over [anchor, drafts] at positions start.., stale slots masked.
-        if compile and device.type == "cuda":
+        if compile and device.type == "cuda" and not graph_draft:
             torch.compiler.cudagraph_mark_step_begin()  # the previous block's graph outputs are no longer read
-        logits, hidden_states = step(target, verify_ids, position_ids[:, start : start + block_size], kv_index,
-                                     target_cache, cache_arg)
+        logits, hidden_states = verify(target, verify_ids, position_ids[:, start : start + block_size], kv_index,
+                                       target_cache, cache_arg)
         tokens, n_accepted = verify_block(verifiers, warping, drafts, q, logits[0], generator)
 
         # 4. Commit: the one host transfer per block carries the accepted count and the first stop position.
@@ -181,8 +191,14 @@ def fast_speculative_decode(
         if streamer is not None:
             streamer.put(tokens[:n_commit].cpu())
 
-        # 5. Only the anchor and the accepted drafts become context; rollback is just the new start.
-        features = context_features(hidden_states, layer_ids)[:, :n_commit]
+        # 5. Only the anchor and the accepted drafts become context; rollback is just the new start. The graphed
+        # draft keeps all block_size rows (fixed shape) and is told how many are real.
+        features = context_features(hidden_states, layer_ids)
+        if graph_draft:
+            n_context.fill_(n_commit)
+            context_start = start
+        else:
+            features = features[:, :n_commit]
         start += n_commit
 
     synchronize(device)

@@ -57,9 +57,10 @@ class DeLSGenerator:
         # Validate the schedules now, not at the first generate call.
         fusion_weights(self.alpha, self.beta, self.pure_prefix_len, self.block_size - 1)
         self.verifiers = Verifiers()
-        # Opt-in: compile the static loop's verify forward (CUDA graphs on CUDA). Off until measured on a GPU.
+        # Opt-in: compile the static loop's per-block steps, verify and draft + head (CUDA graphs on CUDA). Off until
+        # measured on a GPU. Compiled, seeded sampling draws differently from the eager loop (same distribution).
         self.compile = False
-        self._workspace: dict = {}  # the static loop's reusable target cache (graphs replay against it)
+        self._workspace: dict = {}  # the static loop's reusable caches (graphs replay against them)
 
     @classmethod
     def from_pretrained(

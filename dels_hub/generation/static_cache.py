@@ -10,12 +10,13 @@ runs unchanged on transformers 5.17 and 5.24.
 import torch
 
 
-class StaticTargetCache:
-    """Target KV cache: ``[1, kv_heads, max_len, head_dim]`` per layer; slot index == absolute position.
+class StaticSlotCache:
+    """KV cache of the target (and, compiled, of the drafter): ``[1, kv_heads, max_len, head_dim]`` per layer;
+    slot index == absolute position.
 
-    Before each forward the loop sets ``write_positions`` (``[T]`` device ids, a view of one arange) and
-    passes ``causal_mask`` of those positions; ``update`` writes there and returns the whole buffer.
-    Stale slots beyond the query positions stay masked until overwritten, so rollback is free.
+    Before each forward the loop sets ``write_positions`` (``[T]`` device slot ids) and passes a
+    ``causal_mask``; ``update`` writes there and returns the whole buffer. Stale slots beyond the query
+    positions stay masked until overwritten, so rollback is free.
     """
 
     def __init__(self, max_len: int, num_layers: int, device, dtype):
@@ -39,7 +40,7 @@ class StaticTargetCache:
 
     def get_seq_length(self, layer_idx: int = 0) -> int:
         # Only reached when a model computes its own positions; the fast loop always passes position_ids.
-        raise NotImplementedError("StaticTargetCache has no length of its own; pass position_ids")
+        raise NotImplementedError("StaticSlotCache has no length of its own; pass position_ids")
 
 
 def causal_mask(kv_index: torch.Tensor, positions: torch.Tensor, dtype, attn_implementation: str) -> torch.Tensor:
