@@ -111,7 +111,7 @@ def fast_speculative_decode(
     if graph_draft:
         draft_cache = workspace["slot_draft_cache"]
         n_context = torch.full((), prompt_len, dtype=torch.long, device=device)  # a fill, not a host copy
-        races = None if warping.greedy else torch.empty((k, lm_head.out_features), device=device)
+        races = None if warping.greedy else torch.empty((k, lm_head.out_features), dtype=torch.float32, device=device)
     else:
         draft_cache = StaticDraftCache(cache_len, config.num_hidden_layers)
     verify_ids = torch.empty((1, block_size), dtype=torch.long, device=device)
