@@ -13,11 +13,22 @@ import torch
 
 @dataclass(frozen=True)
 class Warping:
-    """How logits become a distribution. ``temperature is None`` means greedy."""
+    """How logits become a distribution. ``temperature is None`` means greedy.
 
-    temperature: float | None = None
+    ``top_k`` 0 and ``top_p`` >= 1 keep every token (transformers adds no warper for them) and are stored as
+    None. ``temperature`` and ``top_p`` may be 0-dim tensors (the compiled draft step's, so that a new value
+    is new data, not a new graph).
+    """
+
+    temperature: float | torch.Tensor | None = None
     top_k: int | None = None
-    top_p: float | None = None
+    top_p: float | torch.Tensor | None = None
+
+    def __post_init__(self):
+        if not self.top_k:
+            object.__setattr__(self, "top_k", None)
+        if isinstance(self.top_p, (int, float)) and self.top_p >= 1.0:
+            object.__setattr__(self, "top_p", None)
 
     @property
     def greedy(self) -> bool:
@@ -30,7 +41,7 @@ def warp_probs(logits: torch.Tensor, warping: Warping) -> torch.Tensor:
     if warping.top_k:
         kth_largest = torch.topk(logits, min(warping.top_k, logits.shape[-1]), dim=-1).values[..., -1:]
         logits = logits.masked_fill(logits < kth_largest, float("-inf"))
-    if warping.top_p is not None and warping.top_p < 1.0:
+    if warping.top_p is not None:
         # Keep the smallest set of most likely tokens whose mass reaches top_p (transformers' TopP rule:
         # drop a token when the ascending cumulative mass up to it is <= 1 - top_p; the top token stays).
         sorted_logits = torch.sort(logits, dim=-1).values

@@ -4,7 +4,9 @@ One self-contained call for the GPU machine (torch + transformers + dels_hub onl
 Qwen3-4B- and 8B-shaped targets with random bf16 weights, a matching 5-layer DFlash drafter and a local
 head. An oracle verifier accepts exactly k drafts per block, so the acceptance length is controlled
 (k = 1, 4, 8, 15 at block size 16). Per block it reports verify, draft, head and overhead (CUDA events;
-perf_counter on CPU), tokens/s of both loops and of the target alone, and writes everything as JSON.
+perf_counter on CPU), tokens/s of both loops and of the target alone, and writes everything as JSON. With
+--compile it adds the compiled loop, whose head runs inside the draft graph, and the same without the head
+(``g-nohd``): the head's cost there is the difference of the two rows' draft parts.
 
     python scripts/gpu_fast_loop_bench.py                       # H200: both shapes, full depth
     python scripts/gpu_fast_loop_bench.py --layers 8            # shallower targets, a quick pass
@@ -146,15 +148,21 @@ def instrumented(generator, sections: Sections):
     """Time target forwards (verify; the first is the prefill), drafter + lm_head (draft) and the head loop.
 
     The loops' own lm_head (from ``get_output_embeddings``) is swapped for a timed stand-in; the module
-    itself is untouched. With ``generator.compile`` the compiled steps are timed from outside (a timer inside
-    would break their graphs): verify, and draft with the head loop inside it; the eager prefill and the
-    first block's eager draft are not timed.
+    itself is untouched. With ``generator.compile`` the steps are timed from outside (a timer inside would
+    break their graphs): the compiled verify, the compiled draft (the head loop inside it) and the first
+    block's eager draft (its context is the whole prompt); the eager prefill is not timed.
     """
     target, drafter, lm_head = generator.target, generator.drafter, generator.target.get_output_embeddings()
-    saved = (fast_loop.propose, loop.propose, fast_loop.compiled)
+    saved = (fast_loop.propose, loop.propose, fast_loop.compiled, fast_loop.draft_step)
     if generator.compile:
-        labels = {"verify_step": "verify", "draft_step": "draft"}
-        fast_loop.compiled = lambda step, device: sections.wrap(labels[step.__name__], saved[2](step, device))
+        first_draft = sections.wrap("first_draft", saved[3])
+
+        def timed_compiled(step, device):
+            step = saved[3] if step is first_draft else step
+            label = {"verify_step": "verify", "draft_step": "draft"}[step.__name__]
+            return sections.wrap(label, saved[2](step, device))
+
+        fast_loop.compiled, fast_loop.draft_step = timed_compiled, first_draft
     else:
         target.forward = sections.wrap("verify", target.forward)
         drafter.forward = sections.wrap("draft", drafter.forward)
@@ -167,7 +175,7 @@ def instrumented(generator, sections: Sections):
     finally:
         if not generator.compile:
             del target.get_output_embeddings, drafter.forward, target.forward
-        fast_loop.propose, loop.propose, fast_loop.compiled = saved
+        fast_loop.propose, loop.propose, fast_loop.compiled, fast_loop.draft_step = saved
 
 
 def run_loop(generator, input_ids, new_tokens, block_size, fast):
@@ -194,21 +202,22 @@ def measure(generator, prompts, new_tokens, block_size, fast, repeats):
 
 
 def breakdown(generator, input_ids, new_tokens, block_size, fast):
-    """Per-block verify / draft / head / overhead (ms) from one instrumented run. Compiled, the head loop runs
-    inside the draft graph: ``draft`` includes it and ``head`` is None."""
+    """Per-block verify / draft / head / overhead (ms, each part's total over the run's blocks) from one
+    instrumented run. Compiled, the head loop runs inside the draft graph (``head`` is None) and the first
+    block's eager draft is its own part, ``first_draft``, so that it does not count as loop overhead."""
     sections = Sections(generator.device)
     with instrumented(generator, sections):
         out, block_time, _ = run_loop(generator, input_ids, new_tokens, block_size, fast)
     blocks = len(out.acceptance_lengths)
-    if generator.compile:  # neither the prefill nor the first block's draft ran through a timed graph
-        parts = {"verify": sections.seconds("verify") / blocks, "draft": sections.seconds("draft") / (blocks - 1),
-                 "head": None}
+    if generator.compile:  # the prefill did not run through the timed graph
+        parts = {"verify": sections.seconds("verify"), "draft": sections.seconds("draft"),
+                 "first_draft": sections.seconds("first_draft"), "head": None}
     else:
-        parts = {"verify": sections.seconds("verify", skip=1) / blocks, "draft": sections.seconds("draft") / blocks,
-                 "head": sections.seconds("head") / blocks}
-    parts = {label: None if value is None else 1e3 * value for label, value in parts.items()}
+        parts = {"verify": sections.seconds("verify", skip=1), "draft": sections.seconds("draft"),
+                 "head": sections.seconds("head")}
+    parts = {label: None if value is None else 1e3 * value / blocks for label, value in parts.items()}
     parts["block"] = 1e3 * block_time
-    parts["overhead"] = parts["block"] - parts["verify"] - parts["draft"] - (parts["head"] or 0.0)
+    parts["overhead"] = parts["block"] - sum(value or 0.0 for label, value in parts.items() if label != "block")
     return parts
 
 
@@ -355,9 +364,10 @@ def print_table(result):
                 print(f"{row['k']:>3} {label:>6} {data['error']}")
                 continue
             parts = data["parts_ms"]
+            draft = parts["draft"] + parts.get("first_draft", 0.0)  # compiled: the eager first block's too
             head_ms, head_share = ("in draft", "") if parts["head"] is None else (
                 f"{parts['head']:.2f}", f"{100 * parts['head'] / parts['block']:.1f}%")
-            print(f"{row['k']:>3} {label:>6} {data['block_ms']:>9.2f} {parts['verify']:>7.2f} {parts['draft']:>7.2f} "
+            print(f"{row['k']:>3} {label:>6} {data['block_ms']:>9.2f} {parts['verify']:>7.2f} {draft:>7.2f} "
                   f"{head_ms:>7} {parts['overhead']:>7.2f} {head_share:>7} "
                   f"{100 * parts['overhead'] / parts['block']:>5.1f}% {data['tokens_per_s']:>8.1f} "
                   f"{data['tokens_per_s'] / base if base else float('nan'):>6.2f}x "

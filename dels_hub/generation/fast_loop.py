@@ -13,7 +13,8 @@ and the fallback); what changes is where the state lives:
 Compiled (opt-in), both per-block steps run as graphs at fixed shapes (``graph_steps``): the verify forward,
 and the drafter forward with the head loop, whose context is padded to the last verify's ``block_size`` rows
 and whose cache is a ``StaticSlotCache`` too. Its sampling draws one ``[k, V]`` race per block instead of one
-per position, so a seeded sampled run differs from the eager one (in distribution, it is the same).
+per position: on CPU that consumes the generator exactly as the eager loop does (same tokens for a seed); on
+CUDA the draws differ, so a seeded sampled run may differ too. The distribution is the same either way.
 """
 
 import time
@@ -23,13 +24,20 @@ import torch
 from ..compat import cache_kwarg_name, synchronize
 from ..sampling import Warping, choose
 from .drafting import context_features, propose
-from .graph_steps import compiled, draft_step, verify_step
+from .graph_steps import compiled, draft_step, graph_warping, static, verify_step
 from .loop import DecodeResult, Verifiers, commit_count, verify_block
 from .static_cache import StaticDraftCache, StaticSlotCache
 
 FAST_ATTENTION = ("sdpa", "eager")  # the implementations that take our 4D mask as-is
 # Compiled: cache lengths are rounded up to this, so a new prompt length rarely means a new graph.
 COMPILE_BUCKET = 256
+
+
+def reused(workspace: dict, name: str, key, build):
+    """``workspace[name]`` when it was built for ``key``, else a new ``build()`` kept there."""
+    if workspace.get(name, (None, None))[0] != key:
+        workspace[name] = (key, build())
+    return workspace[name][1]
 
 
 def to_host(values: torch.Tensor) -> list:
@@ -71,7 +79,8 @@ def fast_speculative_decode(
     compile: bool = False,
     workspace: dict | None = None,
 ) -> DecodeResult:
-    """``loop.speculative_decode`` on static caches; same arguments, same result.
+    """``loop.speculative_decode`` on static caches; same arguments, same result (compiled and sampling on
+    CUDA: the same distribution, see the module docstring).
 
     ``compile=True`` runs the verify forward and (when the drafter's attention takes a 4D mask) the draft
     step through ``torch.compile`` (opt-in: the first call compiles for each cache-length bucket).
@@ -94,31 +103,33 @@ def fast_speculative_decode(
     cache_len = max_len + block_size
     if compile:
         cache_len = -(-cache_len // COMPILE_BUCKET) * COMPILE_BUCKET
-    # Only compiled runs keep the caches between calls (graphs are recorded against their addresses); otherwise
-    # they live for this call. Stale slots of a reused cache are never read: each is rewritten first.
+    # Only compiled runs keep their buffers between calls (graphs are recorded against their addresses);
+    # otherwise they live for this call. Stale slots of a reused cache are never read: each is rewritten first.
     workspace = workspace if compile and workspace is not None else {}
-    key = (cache_len, block_size, device, target.dtype, drafter.dtype)
-    if workspace.get("key") != key:
-        # The drafter's slot cache has block_size more slots than positions: the padding rows' trash slots.
-        target_layers, draft_layers = target.config.num_hidden_layers, config.num_hidden_layers
-        workspace.update(key=key, target_cache=StaticSlotCache(cache_len, target_layers, device, target.dtype),
-                         slot_draft_cache=StaticSlotCache(cache_len + block_size, draft_layers, device, drafter.dtype))
-    target_cache = workspace["target_cache"]
+    target_cache = reused(workspace, "target_cache", (cache_len, device, target.dtype),
+                          lambda: StaticSlotCache(cache_len, target.config.num_hidden_layers, device, target.dtype))
     output = torch.full((1, cache_len), config.mask_token_id, dtype=torch.long, device=device)
     output[:, :prompt_len] = input_ids
     position_ids = torch.arange(cache_len + block_size, device=device).unsqueeze(0)
     kv_index, draft_kv_index = position_ids[0, :cache_len], position_ids[0]
+    q_buffer = None
     if graph_draft:
-        draft_cache = workspace["slot_draft_cache"]
+        # block_size slots more than positions: the padding rows' trash slots.
+        draft_cache = reused(workspace, "draft_cache", (cache_len, block_size, device, drafter.dtype),
+                             lambda: StaticSlotCache(cache_len + block_size, config.num_hidden_layers, device,
+                                                     drafter.dtype))
         n_context = torch.full((), prompt_len, dtype=torch.long, device=device)  # a fill, not a host copy
-        races = None if warping.greedy else torch.empty((k, lm_head.out_features), dtype=torch.float32, device=device)
+        draft_warping = graph_warping(warping, device)
+        races = None
+        if not warping.greedy:  # a static input: refilled in place each block, never copied into the graph
+            races = reused(workspace, "races", (k, lm_head.out_features, device),
+                           lambda: static(torch.empty((k, lm_head.out_features), dtype=torch.float32, device=device)))
     else:
         draft_cache = StaticDraftCache(cache_len, config.num_hidden_layers)
+        if head is not None and not warping.greedy and k > 0:
+            q_buffer = torch.empty((k, lm_head.out_features), dtype=torch.float32, device=device)
     verify_ids = torch.empty((1, block_size), dtype=torch.long, device=device)
     drafts = verify_ids[0, 1:]  # the head loop writes the drafts straight into the verify input
-    q_buffer = None
-    if head is not None and not warping.greedy and k > 0:
-        q_buffer = torch.empty((k, lm_head.out_features), dtype=torch.float32, device=device)
     block_index = torch.arange(block_size, device=device)
 
     verify = compiled(verify_step, device) if compile else verify_step
@@ -134,7 +145,7 @@ def fast_speculative_decode(
     context_start = 0  # position of features' first row
     if compile:  # the graphs write into these buffers in place: their addresses are part of the graph
         for buffer in target_cache.keys + target_cache.values:
-            torch._dynamo.mark_static_address(buffer)
+            static(buffer)
     (stopped,) = to_host(torch.isin(first, stop_ids))  # first is [1]; the one host sync of the prefill
     synchronize(device)
     prefilled = time.perf_counter()
@@ -150,7 +161,7 @@ def fast_speculative_decode(
         q = None
         # 2. Draft: one DFlash forward over the new context and the block, then the head over the block.
         if graph_draft:
-            if compile and device.type == "cuda":
+            if device.type == "cuda":
                 torch.compiler.cudagraph_mark_step_begin()  # the previous block's graph outputs are no longer read
             if races is not None:
                 races.exponential_(generator=generator)
@@ -158,12 +169,12 @@ def fast_speculative_decode(
             step = draft if start > prompt_len else draft_step
             proposed, q = step(drafter, embed, lm_head, features,
                                position_ids[:, context_start : context_start + features.shape[1]], n_context, block,
-                               position_ids[:, start : start + block_size], draft_kv_index, draft_cache, warping,
-                               races, head, log_prior, alpha, beta)
+                               position_ids[:, start : start + block_size], draft_kv_index, draft_cache,
+                               draft_warping, races, head, log_prior, alpha, beta)
             drafts.copy_(proposed)
-            if start == prompt_len:
+            if start == prompt_len:  # the first call allocated them
                 for buffer in draft_cache.keys + draft_cache.values:
-                    torch._dynamo.mark_static_address(buffer)
+                    static(buffer)
         elif k > 0:
             hidden = drafter(
                 target_hidden=features,

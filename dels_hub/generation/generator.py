@@ -58,7 +58,8 @@ class DeLSGenerator:
         fusion_weights(self.alpha, self.beta, self.pure_prefix_len, self.block_size - 1)
         self.verifiers = Verifiers()
         # Opt-in: compile the static loop's per-block steps, verify and draft + head (CUDA graphs on CUDA). Off until
-        # measured on a GPU. Compiled, seeded sampling draws differently from the eager loop (same distribution).
+        # measured on a GPU. Compiled on CUDA, seeded sampling draws differently from the eager loop (same
+        # distribution).
         self.compile = False
         self._workspace: dict = {}  # the static loop's reusable caches (graphs replay against them)
 

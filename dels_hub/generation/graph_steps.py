@@ -10,6 +10,7 @@
 
 import torch
 
+from ..sampling import Warping
 from .drafting import propose
 from .static_cache import causal_mask
 
@@ -36,8 +37,8 @@ def draft_step(drafter, embed, lm_head, features, context_positions, n_context, 
         features, context_positions: ``[1, C, F*H]`` target features of the context not yet cached, at
             positions ``[1, C]``; rows from ``n_context`` (a 0-dim device tensor) on are padding.
         block, block_positions: ``[1, bs]`` the block ``[anchor, MASK...]`` and its positions.
-        kv_index, cache: ``arange(slots)`` and the drafter's ``StaticSlotCache``; the last ``C`` slots lie
-            past every position and take the padding rows.
+        kv_index, cache: ``arange(slots)`` and the drafter's ``StaticSlotCache``, whose top slots lie past
+            every position: padding row i goes to slot ``slots - 1 - i``.
         races: ``[k, V]`` Exp(1) draws for sampling (None when greedy); the rest as in ``propose``.
     """
     rows = torch.arange(features.shape[1], device=features.device)
@@ -51,6 +52,22 @@ def draft_step(drafter, embed, lm_head, features, context_positions, n_context, 
                      position_ids=torch.cat([context_positions, block_positions], dim=1), past_key_values=cache,
                      use_cache=True, attention_mask=mask)
     return propose(lm_head(hidden[0, 1:]), block[0, :1], warping, None, head, log_prior, alpha, beta, races=races)
+
+
+def graph_warping(warping: Warping, device) -> Warping:
+    """``warping`` with temperature and top_p as 0-dim device tensors, so the draft graph guards only on which
+    warps apply (and on top_k): another temperature or top_p is new data, not a new graph."""
+    if warping.greedy:
+        return warping
+    top_p = None if warping.top_p is None else torch.full((), warping.top_p, dtype=torch.float32, device=device)
+    return Warping(torch.full((), warping.temperature, dtype=torch.float32, device=device), warping.top_k, top_p)
+
+
+def static(tensor: torch.Tensor) -> torch.Tensor:
+    """Mark a buffer that every call of a compiled step reads or writes in place: its address is part of the
+    graph, so CUDA graphs use it directly instead of copying it in (or skipping graphs for a mutated input)."""
+    torch._dynamo.mark_static_address(tensor)
+    return tensor
 
 
 def compiled(step, device: torch.device):

@@ -1,4 +1,5 @@
-"""Preallocated KV caches for the fast loop: sized once per ``generate`` call, rolled back by a pointer.
+"""Preallocated KV caches for the fast loop: sized once per ``generate`` call (or kept between compiled
+calls), rolled back by a pointer.
 
 Both classes are duck-typed caches (``update(key, value, layer_idx, ...)``), not ``transformers.Cache``
 subclasses: transformers' ``StaticCache`` writes at its own per-layer ``cumulative_length`` counters and
