@@ -159,10 +159,10 @@ def fast_speculative_decode(
         block = output[:, start : start + block_size]
         verify_ids[0, 0] = block[0, 0]
         q = None
+        if compile and device.type == "cuda":
+            torch.compiler.cudagraph_mark_step_begin()  # the previous block's graph outputs are no longer read
         # 2. Draft: one DFlash forward over the new context and the block, then the head over the block.
         if graph_draft:
-            if device.type == "cuda":
-                torch.compiler.cudagraph_mark_step_begin()  # the previous block's graph outputs are no longer read
             if races is not None:
                 races.exponential_(generator=generator)
             # The first block's context is the whole prompt (any length): that call runs eagerly.
@@ -188,8 +188,6 @@ def fast_speculative_decode(
                            drafts=drafts, q=q_buffer)
 
         # 3. Verify: one target forward over [anchor, drafts] at positions start.., stale slots masked.
-        if compile and device.type == "cuda" and not graph_draft:
-            torch.compiler.cudagraph_mark_step_begin()  # the previous block's graph outputs are no longer read
         logits, hidden_states = verify(target, verify_ids, position_ids[:, start : start + block_size], kv_index,
                                        target_cache, cache_arg)
         tokens, n_accepted = verify_block(verifiers, warping, drafts, q, logits[0], generator)
