@@ -281,7 +281,7 @@ def test_dflash_with_peek_trains(files, tmp_path):
 
 def test_resume_after_kill_loses_and_repeats_no_step(files, tmp_path):
     values = dict(tokenizer=files["target"], data=files["train"], eval_data=files["eval"], max_steps=300,
-                  **{**SMALL, "save_every": 10, "eval_every": 0, "log_every": 10, "anchors_per_seq": 4,
+                  **{**SMALL, "save_every": 10, "eval_every": 100, "log_every": 10, "anchors_per_seq": 4,
                      "batch_size": 2}, **HEAD_SIZES)
     killed = tmp_path / "killed"
     command = [sys.executable, "-m", "dels_hub.training", "train-head", *cli_args(output_dir=killed, **values)]
@@ -301,6 +301,10 @@ def test_resume_after_kill_loses_and_repeats_no_step(files, tmp_path):
     run(train_head_main, add_train_head_arguments, output_dir=tmp_path / "straight", **values)
     steps = [r["step"] for r in read_log(killed) if "loss" in r]
     assert steps == list(range(10, 301, 10))  # each logged step once: none lost, none repeated
+    # the learning curve's x axis (training tokens read) carries across the kill
+    evals = [(r["step"], r["train_tokens"]) for r in read_log(killed) if "eval_tau" in r]
+    assert evals == [(r["step"], r["train_tokens"]) for r in read_log(tmp_path / "straight") if "eval_tau" in r]
+    assert [step for step, _ in evals] == [0, 100, 200, 300] and evals[0][1] == 0 < evals[1][1] < evals[3][1]
     resumed = DeLSLocalHead.from_pretrained(killed).state_dict()
     straight = DeLSLocalHead.from_pretrained(tmp_path / "straight").state_dict()
     for name, value in straight.items():

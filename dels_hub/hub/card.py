@@ -58,11 +58,15 @@ def _is_hub_id(name: str | None) -> bool:
 
 
 def _datasets(training: dict | None) -> list[str]:
-    data = (training or {}).get("data", "")
-    name = data.split(":", 1)[0]
-    if name in KNOWN_DATASETS:
-        return [KNOWN_DATASETS[name]]
-    return [data] if _is_hub_id(data) else []
+    """Hub ids of the training sources (older configs hold one source as a string)."""
+    data = (training or {}).get("data") or []
+    found = []
+    for source in [data] if isinstance(data, str) else data:
+        name = source.split(":", 1)[0]
+        hub_id = KNOWN_DATASETS.get(name) or (source if _is_hub_id(source) else None)
+        if hub_id and hub_id not in found:
+            found.append(hub_id)
+    return found
 
 
 def bench_summary(results: dict) -> dict:

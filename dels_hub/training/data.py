@@ -17,6 +17,7 @@ from pathlib import Path
 import torch
 
 from ..errors import TrainingDataError
+from .corpora import corpus_records, is_corpus, refuse_benchmark
 
 MESSAGE_FIELDS = ("messages", "conversations", "conversation")
 ROLE_NAMES = {
@@ -39,17 +40,13 @@ class Example:
 
 
 def load_records(source: str, split: str = "train", max_records: int = 0) -> list[dict]:
-    """Records of ``source`` as a list of dicts; fails with a clear message before any training work."""
-    if source.startswith("sharegpt:"):
-        name = source.split(":", 1)[1]
-        if name not in ("train", "validation"):
-            raise TrainingDataError(
-                f"{source!r}: only sharegpt:train and sharegpt:validation may be trained or evaluated on "
-                "(the held-out slice belongs to the benchmark)"
-            )
-        from ..bench.prompts import sharegpt_split
+    """Records of ``source`` as a list of dicts; fails with a clear message before any training work.
 
-        records = sharegpt_split(name)
+    Named corpora (``sharegpt:...``, ``pysrc:...``) come from ``corpora``; benchmark data is refused there,
+    local paths included."""
+    refuse_benchmark(source)
+    if is_corpus(source):
+        records = corpus_records(source)
         return records[:max_records] if max_records else records
 
     import datasets
@@ -112,8 +109,9 @@ def normalize_messages(turns) -> list[dict]:
 # -- tokenization -----------------------------------------------------------------------------------------
 
 
-def render_chat(messages: list[dict], tokenizer, max_length: int) -> Example | None:
-    """Chat-template the conversation and supervise the assistant turns (including their end-of-turn tokens).
+def render_chat(messages: list[dict], tokenizer, max_length: int | None) -> Example | None:
+    """Chat-template the conversation and supervise the assistant turns (including their end-of-turn tokens);
+    the first ``max_length`` tokens, or all of them with ``max_length=None``.
 
     The assistant span of turn i is the text that ``template(messages[:i + 1])`` adds to
     ``template(messages[:i], add_generation_prompt=True)``, when the full rendering starts with both (true
@@ -140,8 +138,8 @@ def render_chat(messages: list[dict], tokenizer, max_length: int) -> Example | N
             if start >= 0 and message["content"]:
                 spans.append((start, start + len(message["content"])))
                 cursor = start + len(message["content"])
-    encoding = tokenizer(full, add_special_tokens=False, return_offsets_mapping=True, truncation=True,
-                         max_length=max_length)
+    encoding = tokenizer(full, add_special_tokens=False, return_offsets_mapping=True,
+                         truncation=max_length is not None, max_length=max_length)
     ids = torch.tensor(encoding["input_ids"], dtype=torch.long)
     starts = torch.tensor([start for start, _ in encoding["offset_mapping"]], dtype=torch.long)
     mask = torch.zeros(len(ids), dtype=torch.bool)
@@ -153,7 +151,23 @@ def render_chat(messages: list[dict], tokenizer, max_length: int) -> Example | N
 def text_windows(text: str, tokenizer, max_length: int) -> list[Example]:
     """Plain text: consecutive ``max_length`` windows, every token supervised."""
     ids = torch.tensor(tokenizer(text, add_special_tokens=False)["input_ids"], dtype=torch.long)
-    return [Example(chunk, torch.ones(len(chunk), dtype=torch.bool)) for chunk in ids.split(max_length)]
+    return windows(Example(ids, torch.ones(len(ids), dtype=torch.bool)), max_length)
+
+
+def windows(example: Example, max_length: int) -> list[Example]:
+    """Consecutive ``max_length`` windows of one sequence, each with its slice of the loss mask."""
+    pieces = zip(example.ids.split(max_length), example.loss_mask.split(max_length))
+    return [Example(ids, mask) for ids, mask in pieces]
+
+
+def chat_examples(messages: list[dict], tokenizer, config) -> list[Example]:
+    """One conversation: truncated to ``max_length``, or cut into windows (``long_chats = "windows"``), so that
+    every turn of a long conversation is trained on."""
+    if getattr(config, "long_chats", "truncate") == "truncate":
+        example = render_chat(messages, tokenizer, config.max_length)
+        return [example] if example is not None else []
+    example = render_chat(messages, tokenizer, None)
+    return windows(example, config.max_length) if example is not None else []
 
 
 def tokenize_records(records: list[dict], tokenizer, config, what: str = "data") -> list[Example]:
@@ -168,8 +182,7 @@ def tokenize_records(records: list[dict], tokenizer, config, what: str = "data")
     examples = []
     for record in records:
         if kind == "chat":
-            example = render_chat(normalize_messages(record.get(column)), tokenizer, config.max_length)
-            examples.extend([example] if example is not None else [])
+            examples.extend(chat_examples(normalize_messages(record.get(column)), tokenizer, config))
         elif isinstance(record.get(column), str):
             examples.extend(text_windows(record[column], tokenizer, config.max_length))
     examples = [e for e in examples if len(anchor_candidates(e.loss_mask))]
@@ -201,19 +214,25 @@ def matching_records(source: str, config, max_records: int) -> list[dict]:
 
 
 def load_examples(config, tokenizer) -> tuple[list[Example], list[Example]]:
-    """(train, eval) examples. Without ``eval_data`` the last ``eval_examples`` of ``data`` are held out."""
-    records = matching_records(config.data, config, config.max_examples)
-    eval_source = config.eval_data or ("sharegpt:validation" if config.data == "sharegpt:train" else "")
-    if eval_source:
-        train = tokenize_records(records, tokenizer, config, config.data)
-        eval_records = matching_records(eval_source, config, config.eval_examples)
-        held = tokenize_records(eval_records, tokenizer, config, eval_source)[: config.eval_examples]
+    """(train, eval) examples: every source of ``data`` in order (``max_examples`` records of each), and the
+    first ``eval_examples`` sequences of each ``eval_data`` source. Without ``eval_data`` (and for data other
+    than ``sharegpt:train``, whose eval set is ``sharegpt:validation``), the last ``eval_examples`` training
+    sequences are held out instead."""
+    train = []
+    for source in config.data:
+        train.extend(tokenize_records(matching_records(source, config, config.max_examples), tokenizer, config,
+                                      source))
+    eval_sources = config.eval_data or (["sharegpt:validation"] if config.data == ["sharegpt:train"] else [])
+    if eval_sources:
+        held = []
+        for source in eval_sources:
+            records = matching_records(source, config, config.eval_examples)
+            held.extend(tokenize_records(records, tokenizer, config, source)[: config.eval_examples])
         return train, held
-    examples = tokenize_records(records, tokenizer, config, config.data)
-    n_eval = min(config.eval_examples, len(examples) // 2)
+    n_eval = min(config.eval_examples, len(train) // 2)
     if n_eval < 1:
-        raise TrainingDataError(f"{config.data!r} has too few sequences ({len(examples)}) to hold out an eval set")
-    return examples[:-n_eval], examples[-n_eval:]
+        raise TrainingDataError(f"{config.data!r} has too few sequences ({len(train)}) to hold out an eval set")
+    return train[:-n_eval], train[-n_eval:]
 
 
 def unigram_counts(examples: list[Example], vocab_size: int) -> torch.Tensor:

@@ -27,8 +27,9 @@ from ..generation.drafting import context_features
 from ..locations import resolve_location
 from .card import write_dflash_card
 from .data import Example, gather_blocks, load_examples, sample_anchors, slot_weights
+from .labels import target_blocks
 from .loop import for_saving
-from .losses import block_loss
+from .losses import supervised_block_loss
 from .masks import attention_mask_for, context_mask, dflash_mask
 from .peek import peeked_forward, reveal_ratios, sample_reveals
 from .recipe import DFlashTrainConfig, add_config_arguments, config_dict, resolve_config
@@ -53,7 +54,8 @@ class DFlashObjective(nn.Module):
         """
         Args:
             features: ``[B, C, F*H]`` target features of the (padded) sequences.
-            block_tokens: ``[B, N, bs]`` true tokens at ``anchor + k``; supervised ``[B, N, bs]`` bool.
+            block_tokens: ``[B, N, bs]`` the anchor at slot 0 and the labels of slots k >= 1 (the text's tokens at
+                ``anchor + k``, or the target's greedy ones: ``labels.py``); supervised ``[B, N, bs]`` bool.
             anchors: ``[B, N]`` anchor positions (blocks of padding have anchor 0 and nothing supervised).
             reveal: ``[B, L, N, bs]`` bool peek reveals, or None (plain DFlash training, and evaluation).
         """
@@ -80,9 +82,9 @@ class DFlashObjective(nn.Module):
                                                   context_mask(anchors, context_len, block_size), reveal, truth)
 
         hidden = hidden.view(batch, blocks, block_size, -1)[:, :, 1:].flatten(0, 1)  # slots 1..bs-1
-        logits = self.lm_head(hidden)
-        loss, stats = block_loss(logits, block_tokens[:, :, 1:].flatten(0, 1), supervised[:, :, 1:].flatten(0, 1),
-                                 self.weights[1:])
+        counted = supervised[:, :, 1:].flatten(0, 1)
+        logits = self.lm_head(hidden[counted])  # the LM head on supervised slots only: most of the step's cost
+        loss, stats = supervised_block_loss(logits, block_tokens[:, :, 1:].flatten(0, 1), counted, self.weights[1:])
         if layer_states:
             stats.update(self.layer_accuracy(layer_states, block_tokens, supervised))
         return loss, stats
@@ -123,16 +125,22 @@ class FeatureCache:
     def path(self, ids: torch.Tensor) -> Path:
         return self.folder / (hashlib.sha1(ids.numpy().tobytes()).hexdigest() + ".safetensors")
 
-    def get(self, ids: torch.Tensor) -> torch.Tensor | None:
+    def get(self, ids: torch.Tensor, names: tuple[str, ...]) -> dict[str, torch.Tensor] | None:
+        """The stored tensors of a sequence, or None if it (or one of ``names``) was never stored."""
         path = self.path(ids)
-        return load_file(str(path))["features"] if path.exists() else None
+        if not path.exists():
+            return None
+        stored = load_file(str(path))
+        return stored if all(name in stored for name in names) else None
 
-    def put(self, ids: torch.Tensor, features: torch.Tensor) -> torch.Tensor:
-        """Store ``features [T, F*H]`` as bf16 (half the disk of fp32) and return the stored tensor."""
+    def put(self, ids: torch.Tensor, tensors: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+        """Store a sequence's ``features [T, F*H]`` as bf16 (half the disk of fp32) and its other tensors as they
+        are, and return what was stored."""
         path = self.path(ids)
-        stored = features.to("cpu", torch.bfloat16).clone()
+        stored = {name: (t.to("cpu", torch.bfloat16) if name == "features" else t.cpu()).clone()
+                  for name, t in tensors.items()}
         tmp = path.with_name(f"{path.stem}.{os.getpid()}.tmp")  # several processes may fill one cache
-        save_file({"features": stored}, str(tmp))
+        save_file(stored, str(tmp))
         tmp.replace(path)
         return stored
 
@@ -157,6 +165,7 @@ class DFlashTask:
         self.accuracy = torch.zeros(drafter.config.num_hidden_layers)  # peek: EMA of per-layer accuracy
         self.ratios = torch.zeros(drafter.config.num_hidden_layers)
         self.keep_logits = "logits_to_keep" in inspect.signature(target.forward).parameters
+        self.eval_passes: dict[int, tuple] = {}  # batch number -> its target pass: the eval set is re-read every eval
         self.cache = None
         if config.feature_cache:
             signature = {"target": config.target, "gguf_file": config.gguf_file, "layer_ids": self.layer_ids,
@@ -164,10 +173,12 @@ class DFlashTask:
             self.cache = FeatureCache(config.feature_cache, signature)
 
     @torch.no_grad()
-    def features(self, examples: list[Example]) -> torch.Tensor:
-        """``[B, S, F*H]`` target features of the right-padded examples (cached ones read from disk)."""
+    def target_pass(self, examples: list[Example]) -> tuple[torch.Tensor, list[torch.Tensor] | None]:
+        """``features [B, S, F*H]`` of the right-padded examples and, with ``labels = "target"``, each one's
+        ``[T]`` target argmax at every position (``labels.py``); cached ones are read from disk."""
+        names = ("features", "greedy") if self.config.labels == "target" else ("features",)
         length = max(len(e.ids) for e in examples)
-        found = [self.cache.get(e.ids) if self.cache else None for e in examples]
+        found = [self.cache.get(e.ids, names) if self.cache else None for e in examples]
         missing = [i for i, f in enumerate(found) if f is None]
         if missing:
             ids = torch.zeros(len(missing), length, dtype=torch.long)
@@ -175,32 +186,48 @@ class DFlashTask:
             for row, i in enumerate(missing):
                 ids[row, : len(examples[i].ids)] = examples[i].ids
                 attention[row, : len(examples[i].ids)] = 1
-            extra = {"logits_to_keep": 1} if self.keep_logits else {}
+            # Greedy labels need the logits of every position; features alone need none of them.
+            extra = {"logits_to_keep": 1} if self.keep_logits and "greedy" not in names else {}
             out = self.target(input_ids=ids.to(self.device), attention_mask=attention.to(self.device),
                               output_hidden_states=True, **extra)
             computed = context_features(out.hidden_states, self.layer_ids)
+            greedy = out.logits.argmax(-1) if "greedy" in names else None
             for row, i in enumerate(missing):
-                found[i] = computed[row, : len(examples[i].ids)]
+                n = len(examples[i].ids)
+                found[i] = {"features": computed[row, :n]}
+                if greedy is not None:
+                    found[i]["greedy"] = greedy[row, :n].to(torch.int32)
                 if self.cache:  # train on what the cache will return later: bf16-rounded features
                     found[i] = self.cache.put(examples[i].ids, found[i])
-        width = found[0].shape[-1]
+        width = found[0]["features"].shape[-1]
         features = torch.zeros(len(examples), length, width, device=self.device, dtype=self.target.dtype)
         for row, f in enumerate(found):
-            features[row, : f.shape[0]] = f.to(self.device, self.target.dtype)
-        return features
+            features[row, : f["features"].shape[0]] = f["features"].to(self.device, self.target.dtype)
+        greedy = [f["greedy"].long().cpu() for f in found] if "greedy" in names else None
+        return features, greedy
 
-    def make_batch(self, examples: list[Example], generator: torch.Generator, step):
+    def make_batch(self, examples: list[Example], generator: torch.Generator, step, eval_batch: int | None = None):
         bs, n = self.config.block_size, self.config.anchors_per_seq
+        if eval_batch is None:
+            features, greedy = self.target_pass(examples)
+        else:  # kept in memory: without a feature cache, every evaluation would pay the target again
+            if eval_batch not in self.eval_passes:
+                self.eval_passes[eval_batch] = self.target_pass(examples)
+            features, greedy = self.eval_passes[eval_batch]
         tokens = torch.zeros(len(examples), n, bs, dtype=torch.long)
         supervised = torch.zeros(len(examples), n, bs, dtype=torch.bool)
         anchors = torch.zeros(len(examples), n, dtype=torch.long)
         picked_count = torch.zeros(len(examples), dtype=torch.long)
         for row, example in enumerate(examples):
             picked = sample_anchors(example.loss_mask, n, generator)
-            tokens[row, : len(picked)], supervised[row, : len(picked)] = gather_blocks(example, picked, bs)
+            if greedy is None:
+                blocks = gather_blocks(example, picked, bs)
+            else:
+                blocks = target_blocks(example, greedy[row], picked, bs)
+            tokens[row, : len(picked)], supervised[row, : len(picked)] = blocks
             anchors[row, : len(picked)] = picked
             picked_count[row] = len(picked)
-        batch = {"features": self.features(examples), "block_tokens": tokens.to(self.device),
+        batch = {"features": features, "block_tokens": tokens.to(self.device),
                  "supervised": supervised.to(self.device), "anchors": anchors.to(self.device)}
         if self.config.peek and step is not None:  # evaluation (step None) never peeks
             self.ratios = reveal_ratios(self.accuracy, step, self.config)

@@ -53,7 +53,7 @@ class HeadTask:
         self.train_examples, self.eval_examples = train, held_out
         self.device = device
 
-    def make_batch(self, examples: list[Example], generator: torch.Generator, step):
+    def make_batch(self, examples: list[Example], generator: torch.Generator, step, eval_batch: int | None = None):
         """All anchored blocks of the micro-batch, flattened: the head has no sequence context."""
         tokens, supervised = [], []
         for example in examples:

@@ -24,6 +24,7 @@ from safetensors.torch import save_file
 from tqdm.auto import tqdm
 
 from .data import batch_indices, step_generator
+from .losses import implied_tau
 from .recipe import config_dict
 
 CHECKPOINTS = "checkpoints"
@@ -56,17 +57,18 @@ def train(config, task, accelerator) -> dict:
 
     params = [p for p in task.model.parameters() if p.requires_grad]
     optimizer = torch.optim.AdamW(params, lr=config.lr, betas=(0.9, 0.95), weight_decay=config.weight_decay)
-    step = 0
+    step, tokens_before = 0, 0
     checkpoint = latest_checkpoint(out) if config.resume else None
     if checkpoint is not None:
         state = read_checkpoint(checkpoint)
         task.trainable.load_state_dict(state["model"])
         optimizer.load_state_dict(state["optimizer"])
         task.load_state_dict(state["task"])
-        step = state["step"]
+        step, tokens_before = state["step"], state["tokens_seen"]
     if main:
         out.mkdir(parents=True, exist_ok=True)
-        truncate_log(out / LOG_FILE, step)  # steps after the checkpoint will be redone, not logged twice
+        # steps after the checkpoint will be redone, not logged twice (a fresh start redoes everything)
+        truncate_log(out / LOG_FILE, step if checkpoint is not None else -1)
         if checkpoint is not None:
             tqdm.write(f"resuming from {checkpoint} at step {step}")
     model, optimizer = accelerator.prepare(task.model, optimizer)
@@ -74,7 +76,19 @@ def train(config, task, accelerator) -> dict:
 
     bar = tqdm(total=config.max_steps, initial=step, disable=not main, dynamic_ncols=True, desc=task.name)
     loss_sum, steps_since, tokens, since = torch.zeros((), device=accelerator.device), 0, 0, time.perf_counter()
+    tokens_here = 0  # tokens of the training sequences this process read since the start (or resume)
+
+    def tokens_seen() -> int:
+        """Training tokens read so far by all processes, since step 0 (a collective: every process calls it)."""
+        here = torch.tensor(float(tokens_here), device=accelerator.device)
+        return tokens_before + int(accelerator.reduce(here, reduction="sum").item())
+
     last_eval: dict = {}
+    if step == 0 and config.eval_every:  # the learning curve's first point: the initial (or init_from) weights
+        initial = evaluate(model, task, config, accelerator, step, 0)
+        if main:
+            append_log(out / LOG_FILE, initial)
+            bar.write(format_eval(initial))
     while step < config.max_steps:
         lr = learning_rate(step, config)
         for group in optimizer.param_groups:
@@ -91,6 +105,7 @@ def train(config, task, accelerator) -> dict:
             accelerator.backward(loss / config.grad_accum)
             loss_sum += loss.detach() / config.grad_accum
             tokens += n_tokens
+            tokens_here += n_tokens
         if config.grad_clip > 0:
             accelerator.clip_grad_norm_(params, config.grad_clip)
         optimizer.step()
@@ -111,15 +126,15 @@ def train(config, task, accelerator) -> dict:
             loss_sum.zero_()
             steps_since, tokens, since = 0, 0, time.perf_counter()
         if (config.eval_every and step % config.eval_every == 0) or step == config.max_steps:
-            last_eval = evaluate(model, task, config, accelerator, step)
+            last_eval = evaluate(model, task, config, accelerator, step, tokens_seen())
             if main:
                 append_log(out / LOG_FILE, last_eval)
                 bar.write(format_eval(last_eval))
         if step % config.save_every == 0 or step == config.max_steps:
-            save_checkpoint(out, step, task, optimizer, config, accelerator)
+            save_checkpoint(out, step, task, optimizer, config, accelerator, tokens_seen())
     bar.close()
     if not last_eval:  # resumed from the final checkpoint: evaluate for the model card
-        last_eval = evaluate(model, task, config, accelerator, step)
+        last_eval = evaluate(model, task, config, accelerator, step, tokens_seen())
 
     accelerator.wait_for_everyone()
     if main:
@@ -129,8 +144,9 @@ def train(config, task, accelerator) -> dict:
 
 
 @torch.no_grad()
-def evaluate(model, task, config, accelerator, step: int) -> dict:
-    """Per-position greedy accuracy, loss and the acceptance length it implies, on the held-out examples.
+def evaluate(model, task, config, accelerator, step: int, tokens_seen: int) -> dict:
+    """Per-position greedy accuracy, loss and the acceptance length it implies, on the held-out examples,
+    after ``tokens_seen`` training tokens (the x axis of a learning curve).
 
     The eval anchors are drawn once from a fixed seed, so every evaluation scores the same blocks.
     """
@@ -144,7 +160,7 @@ def evaluate(model, task, config, accelerator, step: int) -> dict:
         if number % world != rank:
             continue
         generator = step_generator(config.seed, -1, number)
-        batch, _ = task.make_batch(examples[first : first + config.batch_size], generator, None)
+        batch, _ = task.make_batch(examples[first : first + config.batch_size], generator, None, eval_batch=number)
         with autocast(config, accelerator):
             loss, stats = model(**batch)
         loss_sum += loss.float()
@@ -153,19 +169,20 @@ def evaluate(model, task, config, accelerator, step: int) -> dict:
             totals[key] = totals.get(key, 0) + value.float()
     model.train()
     if not totals:  # a process with no eval batch still joins the reductions
-        totals = {"correct": torch.zeros(config.block_size - 1, device=accelerator.device),
-                  "counted": torch.zeros(config.block_size - 1, device=accelerator.device),
-                  "accepted": torch.zeros((), device=accelerator.device),
-                  "blocks": torch.zeros((), device=accelerator.device)}
+        totals = {key: torch.zeros(config.block_size - 1, device=accelerator.device)
+                  for key in ("correct", "counted", "reached", "survived")}
     totals = {key: accelerator.reduce(value, reduction="sum") for key, value in totals.items()}
     loss_sum, n_batches = accelerator.reduce(loss_sum, "sum"), accelerator.reduce(n_batches, "sum")
     accuracy = (totals["correct"] / totals["counted"].clamp_min(1)).tolist()
+    tau, acceptance = implied_tau(totals["reached"], totals["survived"])
     return {
         "step": step,
         "eval_loss": (loss_sum / n_batches.clamp_min(1)).item(),
         "eval_accuracy": [round(a, 4) for a in accuracy],
-        # Greedy acceptance length of a block on teacher-forced context: 1 (the bonus) + accepted drafts.
-        "eval_tau": 1.0 + (totals["accepted"] / totals["blocks"].clamp_min(1)).item(),
+        # Greedy acceptance on teacher-forced context: per position given the earlier ones, and the length.
+        "eval_acceptance": [round(a, 4) for a in acceptance],
+        "eval_tau": tau,
+        "train_tokens": tokens_seen,
     }
 
 
@@ -209,7 +226,8 @@ def _split_optimizer_state(state: dict) -> tuple[dict, dict]:
 
 
 def read_checkpoint(path: Path) -> dict:
-    """The dict ``save_checkpoint`` wrote: ``step``, ``model``, ``optimizer``, ``task``, ``config``."""
+    """The dict ``save_checkpoint`` wrote: ``step``, ``tokens_seen``, ``model``, ``optimizer``, ``task``,
+    ``config``."""
     with safe_open(str(path), framework="pt") as f:
         meta = json.loads(f.metadata()["dels_hub"])
         tensors = {key: f.get_tensor(key) for key in f.keys()}
@@ -226,11 +244,11 @@ def read_checkpoint(path: Path) -> dict:
         param, entry = key.split(".", 1)
         optimizer_state.setdefault(int(param), {})[entry] = value
     optimizer = {"state": optimizer_state, "param_groups": meta["optimizer"]["param_groups"]}
-    return {"step": meta["step"], "model": sections["model"], "optimizer": optimizer,
-            "task": {**meta["task"], **sections["task"]}, "config": meta["config"]}
+    return {"step": meta["step"], "tokens_seen": meta.get("tokens_seen", 0), "model": sections["model"],
+            "optimizer": optimizer, "task": {**meta["task"], **sections["task"]}, "config": meta["config"]}
 
 
-def save_checkpoint(out: Path, step: int, task, optimizer, config, accelerator) -> None:
+def save_checkpoint(out: Path, step: int, task, optimizer, config, accelerator, tokens_seen: int = 0) -> None:
     """Weights, optimizer, task state, step and the config; written to a temporary file then renamed, so a
     kill mid-write never leaves a truncated checkpoint behind."""
     accelerator.wait_for_everyone()
@@ -244,6 +262,7 @@ def save_checkpoint(out: Path, step: int, task, optimizer, config, accelerator) 
         tensors |= {f"task.{k}": v for k, v in task_state.items() if isinstance(v, torch.Tensor)}
         meta = {
             "step": step,
+            "tokens_seen": tokens_seen,
             "optimizer": optimizer_meta,
             "task": {k: v for k, v in task_state.items() if not isinstance(v, torch.Tensor)},
             "config": config_dict(config),

@@ -32,15 +32,24 @@ class TrainConfig:
     output_dir: str = _f("out", "where checkpoints/, train_log.jsonl and the final model go")
     resume: bool = _f(True, "continue from the newest checkpoint in output_dir/checkpoints if there is one")
     # data
-    data: str = _f("", "local file or folder (json, jsonl, parquet, csv, txt), a Hub dataset id, or sharegpt:train")
+    data: list[str] = field(
+        default_factory=list,
+        metadata={"help": "training sources, read in order: local files or folders (json, jsonl, parquet, csv, txt), "
+                  "Hub dataset ids, sharegpt:train, pysrc:stdlib or pysrc:PACKAGE (Python sources on the machine)"},
+    )
     data_split: str = _f("train", "split to read from a Hub id or folder")
     data_format: str = _f("auto", "auto | chat | text: chat renders a messages column with the chat template")
     text_field: str = _f("text", "column holding plain text (text format)")
     messages_field: str = _f("", "column holding the conversation; empty = first of messages, conversations")
-    eval_data: str = _f("", "held-out data; empty = sharegpt:validation for sharegpt:train, else the last "
-                        "eval_examples of data (which are then not trained on)")
-    eval_examples: int = _f(32, "held-out sequences used for the periodic evaluation")
-    max_examples: int = _f(0, "read at most this many training records (0 = all)")
+    eval_data: list[str] = field(
+        default_factory=list,
+        metadata={"help": "held-out sources (sharegpt:validation, pysrc:stdlib:validation, files); empty = "
+                  "sharegpt:validation for sharegpt:train, else the last eval_examples of data (then not trained on)"},
+    )
+    eval_examples: int = _f(32, "held-out sequences used for the periodic evaluation, from each eval_data source")
+    max_examples: int = _f(0, "read at most this many records of each training source (0 = all)")
+    long_chats: str = _f("truncate", "truncate | windows: a conversation longer than max_length is cut to it, or "
+                         "cut into max_length windows so that every turn is trained on")
     record_pattern: str = _f("", "keep only records whose text matches this regular expression, in the training "
                              "and the eval data (a domain slice: '```python' keeps conversations with Python code)")
     max_length: int = _f(2048, "tokens per sequence; chat is truncated, plain text cut into windows")
@@ -57,7 +66,8 @@ class TrainConfig:
     min_lr_ratio: float = _f(0.1, "the cosine decays to lr * min_lr_ratio")
     weight_decay: float = _f(0.0, "AdamW weight decay")
     grad_clip: float = _f(1.0, "clip the global gradient norm (0 = off)")
-    precision: str = _f("fp32", "fp32 | bf16 (autocast; master weights stay fp32)")
+    precision: str = _f("fp32", "fp32 | bf16 (autocast; master weights stay fp32) | auto (bf16 where the hardware has "
+                        "fast bf16 matmuls: a CUDA GPU that supports it, a CPU with AVX512-BF16 or AMX; else fp32)")
     save_dtype: str = _f("fp32", "fp32 | bf16 weights in the saved model (bf16 halves a Hub repo; buffers such as "
                          "the unigram counts stay fp32)")
     seed: int = _f(42, "seeds the init, the data order, the anchors and the peek reveals")
@@ -70,12 +80,15 @@ class TrainConfig:
     def __post_init__(self):
         choices = {
             "data_format": ("auto", "chat", "text"),
-            "precision": ("fp32", "bf16"),
+            "long_chats": ("truncate", "windows"),
+            "precision": ("fp32", "bf16", "auto"),
             "save_dtype": ("fp32", "bf16"),
         }
         for name, allowed in choices.items():
             if getattr(self, name) not in allowed:
                 raise RecipeError(f"`{name}` must be one of {allowed}, got {getattr(self, name)!r}")
+        if self.precision == "auto":  # resolved here, so that the saved config says what ran
+            self.precision = fast_precision()
         positive = ["block_size", "anchors_per_seq", "batch_size", "grad_accum", "max_steps", "max_length",
                     "log_every", "save_every", "keep_checkpoints"]
         for name in positive:
@@ -87,14 +100,32 @@ class TrainConfig:
             raise RecipeError(f"`max_length` ({self.max_length}) must be >= block_size ({self.block_size})")
         if not self.gamma > 0:
             raise RecipeError(f"`gamma` must be > 0, got {self.gamma}")
-        if not self.data:
-            raise RecipeError("`data` is empty: give a local file, a Hub dataset id or sharegpt:train")
+        for name in ("data", "eval_data"):  # one source may be given as a plain string
+            if isinstance(getattr(self, name), str):
+                setattr(self, name, [getattr(self, name)] if getattr(self, name) else [])
+        if not self.data or not all(self.data):
+            raise RecipeError(f"`data` must name at least one source (a local file, a Hub dataset id, sharegpt:train "
+                              f"or pysrc:stdlib), got {self.data!r}")
         try:
             re.compile(self.record_pattern)
         except re.error as error:
             raise RecipeError(
                 f"`record_pattern` {self.record_pattern!r} is not a regular expression: {error}"
             ) from None
+
+
+def fast_precision() -> str:
+    """"bf16" where bf16 matmuls are fast, else "fp32". On a CPU without native bf16 (AVX2 only) autocast is
+    slower than fp32, not faster: measured 6x slower for the drafter's LM head on an AVX2 EPYC core."""
+    import torch
+
+    if torch.cuda.is_available():
+        return "bf16" if torch.cuda.is_bf16_supported() else "fp32"
+    try:
+        flags = Path("/proc/cpuinfo").read_text()
+    except OSError:
+        return "fp32"
+    return "bf16" if re.search(r"\b(avx512_bf16|amx_bf16)\b", flags) else "fp32"
 
 
 @dataclass
@@ -147,6 +178,9 @@ class DFlashTrainConfig(TrainConfig):
         metadata={"help": "target layers whose outputs feed the drafter; empty = the z-lab spread for num_features"},
     )
     num_features: int = _f(0, "with empty target_layer_ids: spread this many layers (0 = num_layers)")
+    labels: str = _f("text", "text | target: supervise slot k with the text's token, or with the target's greedy "
+                     "token from the same teacher-forced forward, where the text agrees with the target at slots "
+                     "1..k-1 (exact labels from any text: training/labels.py)")
     mask_token_id: int = _f(-1, "id whose (frozen) target embedding fills the masked slots; -1 = the first "
                             "embedding row past the tokenizer, if the embedding is padded")
     intermediate_size: int = _f(0, "MLP width of the draft layers (0 = the target's)")
@@ -168,6 +202,8 @@ class DFlashTrainConfig(TrainConfig):
             raise RecipeError(f"`num_layers` must be >= 1, got {self.num_layers}")
         if self.peek and self.num_layers < 2:
             raise RecipeError("`peek` needs num_layers >= 2: only intermediate layers receive reveals")
+        if self.labels not in ("text", "target"):
+            raise RecipeError(f"`labels` must be text or target, got {self.labels!r}")
         if not 0 <= self.peek_max_ratio <= 1:
             raise RecipeError(f"`peek_max_ratio` must be in [0, 1], got {self.peek_max_ratio}")
         if not 0 < self.peek_anneal <= 1:
