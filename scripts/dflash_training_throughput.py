@@ -79,6 +79,10 @@ def main() -> None:
         if full_windows is None:  # full-length windows only, so that every setting reads the same tokens
             examples, _ = load_examples(base, tokenizer)
             full_windows = [e for e in examples if len(e.ids) == base.max_length]
+            needed = (args.steps + 1) * base.batch_size
+            if len(full_windows) < needed:
+                raise SystemExit(f"only {len(full_windows)} full-length windows in the recipe's first 200 records; "
+                                 f"{needed} are needed: lower --steps")
         timing = time_steps(config, target, tokenizer, full_windows, args.steps)
         results.append({"precision": precision, "anchors_per_seq": anchors, "threads": threads, **timing})
         print(json.dumps(results[-1]), flush=True)

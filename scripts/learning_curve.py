@@ -21,9 +21,10 @@ def run_curve(folders: list[str]) -> list[dict]:
     """The eval records of consecutive runs, with ``train_tokens`` counted from the first run's start."""
     points, offset = [], 0
     for folder in folders:
-        evals = [r for r in read_log(folder) if "eval_tau" in r]
+        evals = [r for r in read_log(folder) if "eval_tau" in r and "train_tokens" in r]
         if not evals:
-            raise SystemExit(f"{folder}: no evaluation in its train_log.jsonl")
+            raise SystemExit(f"{folder}: no evaluation with train_tokens in its train_log.jsonl (logs written before "
+                             "train_tokens was recorded cannot be plotted against tokens)")
         for record in evals:
             points.append({"run": folder, "step": record["step"], "train_tokens": offset + record["train_tokens"],
                            "eval_tau": record["eval_tau"], "eval_loss": record["eval_loss"],

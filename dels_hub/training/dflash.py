@@ -165,7 +165,8 @@ class DFlashTask:
         self.accuracy = torch.zeros(drafter.config.num_hidden_layers)  # peek: EMA of per-layer accuracy
         self.ratios = torch.zeros(drafter.config.num_hidden_layers)
         self.keep_logits = "logits_to_keep" in inspect.signature(target.forward).parameters
-        self.eval_passes: dict[int, tuple] = {}  # batch number -> its target pass: the eval set is re-read every eval
+        # eval batch number -> (its ids, its target pass on the host): the eval set is re-read at every evaluation
+        self.eval_passes: dict[int, tuple] = {}
         self.cache = None
         if config.feature_cache:
             signature = {"target": config.target, "gguf_file": config.gguf_file, "layer_ids": self.layer_ids,
@@ -210,10 +211,13 @@ class DFlashTask:
         bs, n = self.config.block_size, self.config.anchors_per_seq
         if eval_batch is None:
             features, greedy = self.target_pass(examples)
-        else:  # kept in memory: without a feature cache, every evaluation would pay the target again
-            if eval_batch not in self.eval_passes:
-                self.eval_passes[eval_batch] = self.target_pass(examples)
-            features, greedy = self.eval_passes[eval_batch]
+        else:  # kept in host memory: without a feature cache, every evaluation would pay the target again
+            ids = [e.ids for e in examples]
+            stored = self.eval_passes.get(eval_batch)
+            if stored is None or len(stored[0]) != len(ids) or not all(map(torch.equal, stored[0], ids)):
+                features, greedy = self.target_pass(examples)
+                self.eval_passes[eval_batch] = (ids, features.cpu(), greedy)
+            features, greedy = self.eval_passes[eval_batch][1].to(self.device), self.eval_passes[eval_batch][2]
         tokens = torch.zeros(len(examples), n, bs, dtype=torch.long)
         supervised = torch.zeros(len(examples), n, bs, dtype=torch.bool)
         anchors = torch.zeros(len(examples), n, dtype=torch.long)

@@ -80,7 +80,7 @@ def train(config, task, accelerator) -> dict:
 
     def tokens_seen() -> int:
         """Training tokens read so far by all processes, since step 0 (a collective: every process calls it)."""
-        here = torch.tensor(float(tokens_here), device=accelerator.device)
+        here = torch.tensor(tokens_here, dtype=torch.int64, device=accelerator.device)  # exact past 2**24
         return tokens_before + int(accelerator.reduce(here, reduction="sum").item())
 
     last_eval: dict = {}
@@ -89,6 +89,7 @@ def train(config, task, accelerator) -> dict:
         if main:
             append_log(out / LOG_FILE, initial)
             bar.write(format_eval(initial))
+        since = time.perf_counter()  # the first logged rate is of training steps only
     while step < config.max_steps:
         lr = learning_rate(step, config)
         for group in optimizer.param_groups:

@@ -55,7 +55,8 @@ def implied_tau(reached: torch.Tensor, survived: torch.Tensor) -> tuple[float, l
     A product of conditional rates (Kaplan-Meier) rather than the mean acceptance of fully supervised blocks:
     with target labels a block's later slots are often unsupervised (the text left the greedy path), and
     blocks that stay supervised to the end are the easy ones. When every block is fully supervised the two
-    are equal."""
+    are equal. It still treats a slot that lost its label as censored at random, which it is not quite: text that
+    follows the target's greedy path tends to be easier text, so later positions' rates lean optimistic."""
     rates = (survived / reached.clamp_min(1)).tolist()
     tau, alive = 1.0, 1.0
     for rate in rates:

@@ -100,10 +100,10 @@ class TrainConfig:
             raise RecipeError(f"`max_length` ({self.max_length}) must be >= block_size ({self.block_size})")
         if not self.gamma > 0:
             raise RecipeError(f"`gamma` must be > 0, got {self.gamma}")
-        for name in ("data", "eval_data"):  # one source may be given as a plain string
-            if isinstance(getattr(self, name), str):
-                setattr(self, name, [getattr(self, name)] if getattr(self, name) else [])
-        if not self.data or not all(self.data):
+        for name in ("data", "eval_data"):  # one source may be given as a plain string; "" means none
+            value = getattr(self, name)
+            setattr(self, name, [s for s in ([value] if isinstance(value, str) else value) if s])
+        if not self.data:
             raise RecipeError(f"`data` must name at least one source (a local file, a Hub dataset id, sharegpt:train "
                               f"or pysrc:stdlib), got {self.data!r}")
         try:
@@ -119,8 +119,8 @@ def fast_precision() -> str:
     slower than fp32, not faster: measured 6x slower for the drafter's LM head on an AVX2 EPYC core."""
     import torch
 
-    if torch.cuda.is_available():
-        return "bf16" if torch.cuda.is_bf16_supported() else "fp32"
+    if torch.cuda.is_available():  # native bf16 from Ampere on; older GPUs only emulate it
+        return "bf16" if torch.cuda.get_device_capability()[0] >= 8 else "fp32"
     try:
         flags = Path("/proc/cpuinfo").read_text()
     except OSError:
