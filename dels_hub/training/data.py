@@ -42,12 +42,12 @@ class Example:
 def load_records(source: str, split: str = "train", max_records: int = 0) -> list[dict]:
     """Records of ``source`` as a list of dicts; fails with a clear message before any training work.
 
-    Named corpora (``sharegpt:...``, ``pysrc:...``) come from ``corpora``; benchmark data is refused there,
-    local paths included."""
-    refuse_benchmark(source)
+    Named corpora (``sharegpt:...``, ``pysrc:...``) come from ``corpora``; benchmark data is refused there, and
+    here for every other source, local paths included."""
     if is_corpus(source):
         records = corpus_records(source)
         return records[:max_records] if max_records else records
+    refuse_benchmark(source)
 
     import datasets
 
@@ -163,7 +163,7 @@ def windows(example: Example, max_length: int) -> list[Example]:
 def chat_examples(messages: list[dict], tokenizer, config) -> list[Example]:
     """One conversation: truncated to ``max_length``, or cut into windows (``long_chats = "windows"``), so that
     every turn of a long conversation is trained on."""
-    if getattr(config, "long_chats", "truncate") == "truncate":
+    if config.long_chats == "truncate":
         example = render_chat(messages, tokenizer, config.max_length)
         return [example] if example is not None else []
     example = render_chat(messages, tokenizer, None)
