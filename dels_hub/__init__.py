@@ -4,6 +4,7 @@ from transformers import AutoConfig, AutoModel
 
 from . import errors
 from .checks import check_compatibility
+from .copy_expert import CopyChain, CopySettings
 from .dflash import DFlashConfig, DFlashDraftModel, build_target_layer_ids
 from .families import FAMILIES, TokenizerFamily, family_of, get_family, tokenizer_fingerprint
 from .fusion import fuse_logits, fusion_weights
@@ -18,6 +19,8 @@ AutoModel.register(DeLSLocalHeadConfig, DeLSLocalHead, exist_ok=True)
 __version__ = "0.1.0"
 
 __all__ = [
+    "CopyChain",
+    "CopySettings",
     "DFlashConfig",
     "DFlashDraftModel",
     "DeLSGenerateOutput",

@@ -22,6 +22,10 @@ def _add_generate(subparsers):
     parser.add_argument("--temperature", type=float, default=0.0, help="0 means greedy")
     parser.add_argument("--top-p", type=float, default=1.0)
     parser.add_argument("--seed", type=int, default=None)
+    parser.add_argument("--copy-ngram", type=int, default=0, metavar="N",
+                        help="the copy expert: longest match of up to N tokens votes for what followed (0: off)")
+    parser.add_argument("--copy-gamma", type=float, default=None, metavar="G",
+                        help="the copy expert's gamma at a full-length match (default: the tuned default)")
     parser.set_defaults(func=_generate)
 
 
@@ -30,7 +34,11 @@ def _generate(args):
 
     from .generation import DeLSGenerator
 
-    generator = DeLSGenerator.from_pretrained(args.target, args.dflash, args.head, **json.loads(args.target_kwargs))
+    from .copy_expert import DEFAULT_GAMMA, CopySettings
+
+    copy = CopySettings(args.copy_ngram, DEFAULT_GAMMA if args.copy_gamma is None else args.copy_gamma)  # before loading
+    generator = DeLSGenerator.from_pretrained(args.target, args.dflash, args.head, copy_ngram=copy.max_ngram,
+                                              copy_gamma=copy.gamma, **json.loads(args.target_kwargs))
     input_ids = generator.tokenizer.apply_chat_template(
         [{"role": "user", "content": args.prompt}], add_generation_prompt=True, return_tensors="pt", return_dict=True
     )["input_ids"]

@@ -23,7 +23,7 @@ from dels_hub.bench import (
     sharegpt_split,
     stats,
 )
-from dels_hub.errors import DeLSError
+from dels_hub.errors import DeLSError, FusionScheduleError
 from dels_hub.generation import DeLSGenerator
 
 from conftest import make_dflash, make_head, make_target, make_tokenizer
@@ -222,6 +222,25 @@ def test_later_heads_are_compared_with_the_first_on_the_same_drafter(models, cha
     assert f"`{second['name']}` over `{first['name']}`, paired per prompt" in markdown_table(results)
 
 
+def test_copy_rows_sit_beside_their_base_rows_and_are_compared_with_them(models, chat_tokenizer, jsonl_dataset):
+    target, drafter, head = models
+    results = run_bench(
+        target, drafter, [head], tokenizer=chat_tokenizer, dataset=jsonl_dataset, max_new_tokens=20, peers=False,
+        progress=False, copy_ngram=3, copy_gamma=50.0,
+    )  # fmt: skip
+    names = [row["name"] for row in results["rows"]]
+    assert names[2:] == ["DFlash (b=8)", "DFlash (b=8) + copy", "DeLS (b=8, head0)", "DeLS (b=8, head0) + copy"]
+    assert results["greedy_check"]["ok"]
+    rows = {row["name"]: row for row in results["rows"]}
+    for base in ("DFlash (b=8)", "DeLS (b=8, head0)"):
+        gain = rows[f"{base} + copy"]["gain_of_copy"]
+        assert gain["baseline"] == base and gain["tau_difference"]["n"] == 3
+    # The prompts repeat themselves ("t1 t2 t3 t4 t1 t2 ..."), so a strong copy expert changes what is drafted.
+    assert rows["DFlash (b=8) + copy"]["tau"]["mean"] != rows["DFlash (b=8)"]["tau"]["mean"]
+    assert results["settings"]["copy_ngram"] == 3
+    assert "`DFlash (b=8) + copy` over `DFlash (b=8)`, paired per prompt" in markdown_table(results)
+
+
 # -- validation before any work ----------------------------------------------------------------------------
 
 
@@ -243,6 +262,8 @@ class Untouchable:
         ({"dataset": "humaneval", "top_p": 0.0}, BenchArgumentError),
         ({"dataset": "humaneval", "block_size": 1}, BenchArgumentError),
         ({"dataset": "sharegpt", "score": True}, BenchArgumentError),
+        ({"dataset": "humaneval", "copy_ngram": -1}, FusionScheduleError),
+        ({"dataset": "humaneval", "copy_ngram": 2, "copy_gamma": float("inf")}, FusionScheduleError),
     ],
 )
 def test_bad_settings_fail_before_any_work(options, error):

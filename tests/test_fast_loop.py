@@ -4,6 +4,7 @@ import pytest
 import torch
 
 from dels_hub import DeLSGenerator
+from dels_hub.copy_expert import CopySettings
 from dels_hub.errors import GenerationArgumentError
 from dels_hub.fusion import fusion_weights
 from dels_hub.generation import fast_loop
@@ -134,12 +135,14 @@ def count_host_syncs(monkeypatch):
 
 
 @pytest.mark.parametrize("warping", [Warping(), Warping(0.8, 4, 0.9)], ids=["greedy", "sampled"])
-def test_one_host_transfer_per_block(small, monkeypatch, warping):
+@pytest.mark.parametrize("copy", [False, True], ids=["", "copy"])
+def test_one_host_transfer_per_block(small, monkeypatch, warping, copy):
     generator = generator_for(small, block_size=8)
     input_ids = small_prompts(count=1)[0]
     weights = torch.full((7,), 0.5), torch.full((7,), 0.3)
     kwargs = dict(max_new_tokens=30, block_size=8, warping=warping, stop_ids=torch.tensor([SMALL_VOCAB - 2]),
-                  head=small["head"], alpha=weights[0], beta=weights[1], generator=torch.Generator().manual_seed(0))
+                  head=small["head"], alpha=weights[0], beta=weights[1], generator=torch.Generator().manual_seed(0),
+                  copy_weights=CopySettings(2, 4.0).weights() if copy else None)
     counts = count_host_syncs(monkeypatch)
     result = fast_speculative_decode(small["qwen3"], generator.drafter, input_ids, **kwargs)
     assert counts == {"to_host": 1 + len(result.acceptance_lengths), "other": 0}
@@ -176,7 +179,8 @@ def test_static_caches_roll_back_by_pointer():
 @pytest.mark.gpu
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
 @pytest.mark.parametrize("compile", [False, True], ids=["eager", "cuda-graphs"])
-def test_cuda_loop_has_no_stray_sync_and_replays_graphs(monkeypatch, compile):
+@pytest.mark.parametrize("copy", [False, True], ids=["", "copy"])
+def test_cuda_loop_has_no_stray_sync_and_replays_graphs(monkeypatch, compile, copy):
     from torch._dynamo.utils import counters
     from torch._inductor import cudagraph_trees
 
@@ -184,7 +188,7 @@ def test_cuda_loop_has_no_stray_sync_and_replays_graphs(monkeypatch, compile):
     target = make_target("qwen3", vocab=SMALL_VOCAB).cuda()
     drafter = make_dflash(8, SMALL_VOCAB - 1, vocab=SMALL_VOCAB, seed=5).cuda()
     head = make_head(tokenizer, vocab=SMALL_VOCAB - 2).cuda()
-    generator = DeLSGenerator(target, drafter, head, tokenizer)
+    generator = DeLSGenerator(target, drafter, head, tokenizer, copy_ngram=3 if copy else 0)
     generator.compile = compile
     input_ids = small_prompts(count=1)[0].cuda()
     transfers, recordings = [], []
@@ -243,7 +247,7 @@ def loop_arguments(generator, settings):
     return dict(
         max_new_tokens=24, block_size=8, warping=warping, stop_ids=torch.tensor([], dtype=torch.long, device="cuda"),
         head=generator.head, alpha=alpha, beta=beta, verifiers=generator.verifiers, compile=generator.compile,
-        workspace=generator._workspace,
+        workspace=generator._workspace, copy_weights=generator.copy.weights("cuda"),
         generator=torch.Generator(device="cuda").manual_seed(seed) if seed is not None else None,
     )
 

@@ -31,6 +31,37 @@ def test_replay_equals_the_loop_acceptance_lengths():
     assert compared > 50
 
 
+def test_replay_with_the_copy_expert_equals_the_loop():
+    tokenizer = make_tokenizer(VOCAB - 2)
+    target = make_target("qwen3", vocab=VOCAB)
+    drafter = make_dflash(8, VOCAB - 1, vocab=VOCAB, seed=5)
+    head = make_head(tokenizer, vocab=VOCAB - 2)
+    generator = torch.Generator().manual_seed(321)
+    for with_head in (False, True):
+        dels = DeLSGenerator(target, drafter, head if with_head else None, tokenizer, copy_ngram=3, copy_gamma=4.0)
+        weights = dels.copy.weights()
+        for _ in range(3):
+            prompt = torch.randint(0, VOCAB - 2, (1, 6), generator=generator)
+            out = dels.generate(prompt, max_new_tokens=40, return_dict_in_generate=True)
+            replayed = replay_acceptance(target, drafter, head if with_head else None, out.sequences,
+                                         prompt.shape[1], dels.alpha, dels.beta, copy_weights=weights)
+            assert replayed == out.acceptance_lengths
+
+
+def test_tune_fusion_grids_the_copy_expert_without_a_head():
+    tokenizer = make_tokenizer(VOCAB - 2)
+    target = make_target("llama", vocab=VOCAB)
+    drafter = make_dflash(4, VOCAB - 1, vocab=VOCAB, seed=5)
+    prompt = torch.randint(0, VOCAB - 2, (1, 5), generator=torch.Generator().manual_seed(0))
+    sequences = [(target.generate(prompt, max_new_tokens=24, do_sample=False), prompt.shape[1])]
+    results = tune_fusion(target, drafter, None, sequences, alphas=[0.5], betas=[0.0], baseline=True,
+                          copies=[(0, 0.0), (2, 1.0), (3, 30.0)])
+    assert len(results) == 4 and all(r["alpha"] is None for r in results)
+    off = next(r for r in results[:-1] if r["copy_ngram"] == 0)
+    assert off["tau"] == results[-1]["tau"]  # no copy expert and no head: DFlash alone, the baseline
+    assert {(r["copy_ngram"], r["copy_gamma"]) for r in results[:-1]} == {(0, 0.0), (2, 1.0), (3, 30.0)}
+
+
 def test_tune_fusion_ranks_the_grid():
     tokenizer = make_tokenizer(VOCAB - 2)
     target = make_target("llama", vocab=VOCAB)
@@ -66,3 +97,26 @@ def test_tune_fusion_cli_writes_the_best_weights_into_the_head(tmp_path, capsys)
 
     assert cli.main(args[:-1] + ["--num-prompts", "0"]) == 2  # bad input: a message, before any loading
     assert "--num-prompts must be >= 1" in capsys.readouterr().err
+
+
+def test_tune_fusion_cli_tunes_the_copy_expert_and_checks_its_flags(tmp_path, capsys):
+    tokenizer = make_tokenizer(VOCAB - 2)
+    make_target("qwen3", vocab=VOCAB).save_pretrained(tmp_path / "target")
+    tokenizer.save_pretrained(tmp_path / "target")
+    make_dflash(4, VOCAB - 1, vocab=VOCAB, seed=5).save_pretrained(tmp_path / "dflash")
+    args = ["tune-fusion", "--target", str(tmp_path / "target"), "--dflash", str(tmp_path / "dflash"),
+            "--num-prompts", "2", "--max-new-tokens", "12", "--copy-ngrams", "0", "2", "--copy-gammas", "1", "8",
+            "--json", str(tmp_path / "grid.json")]
+    assert cli.main(args) == 0
+    grid = json.loads((tmp_path / "grid.json").read_text())
+    (name, rows), = grid["grids"].items()
+    assert len(rows) == 4  # off, (2, 1), (2, 8), then DFlash only
+    assert {(r["copy_ngram"], r["copy_gamma"]) for r in rows[:-1]} == {(0, 0.0), (2, 1.0), (2, 8.0)}
+    best = grid["best"]
+    assert (best["copy_ngram"], best["copy_gamma"]) == (rows[0]["copy_ngram"], rows[0]["copy_gamma"])
+
+    for extra, message in [(["--write"], "--write stores alpha and beta in a head"),
+                           (["--copy-ngrams", "0"], "nothing to tune"),
+                           (["--copy-gammas", "-1"], "copy gamma must be finite and >= 0")]:
+        assert cli.main(args + extra) == 2
+        assert message in capsys.readouterr().err

@@ -3,6 +3,7 @@
 import argparse
 import sys
 
+from ..copy_expert import DEFAULT_GAMMA
 from ..errors import DeLSError
 from .prompts import DATASET_NAMES
 from .runner import load_json_kwargs, run_bench
@@ -55,6 +56,11 @@ def add_bench_arguments(parser: argparse.ArgumentParser) -> argparse.ArgumentPar
     )
     parser.add_argument("--alpha", type=float, default=None, help="fusion alpha of the DeLS rows (default: head's)")
     parser.add_argument("--beta", type=float, default=None, help="fusion beta of the DeLS rows (default: head's)")
+    parser.add_argument("--copy-ngram", type=int, default=0, metavar="N",
+                        help="add a '+ copy' row beside every DFlash and DeLS row: the copy expert with matches of "
+                             "up to N tokens (default: 0, no copy rows)")
+    parser.add_argument("--copy-gamma", type=float, default=DEFAULT_GAMMA, metavar="G",
+                        help=f"the copy expert's gamma at a full-length match (default: {DEFAULT_GAMMA:g})")
     parser.add_argument("--seed", type=int, default=0, help="prompt subset and sampling seed (default: 0)")
     parser.add_argument(
         "--out",
@@ -110,6 +116,8 @@ def _run(args: argparse.Namespace) -> dict:
         block_size=args.block_size,
         alpha=args.alpha,
         beta=args.beta,
+        copy_ngram=args.copy_ngram,
+        copy_gamma=args.copy_gamma,
         seed=args.seed,
         out=args.out,
         score=args.score,

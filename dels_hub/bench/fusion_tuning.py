@@ -1,12 +1,13 @@
-"""Choose fusion weights (alpha, beta) by replaying greedy decoding on target continuations.
+"""Choose fusion weights (alpha, beta) and the copy expert's (n, gamma) by replaying greedy decoding on target
+continuations.
 
 Greedy speculative decoding commits the target's own greedy continuation whatever is drafted, so the
 acceptance length of every block follows from that continuation alone. ``replay_acceptance`` computes the
 target's hidden states once per sequence, then walks the blocks exactly as the loop does (anchor = last
 committed token, context = the features of everything before it) and counts the drafts that match the
 continuation, so a grid of (alpha, beta) costs one target forward per sequence, not one generation per
-grid point. Drafter outputs are cached per anchor: only the head re-runs for each grid point. The result
-equals the loop's own ``acceptance_lengths`` up to float rounding of near-ties (tested).
+grid point. Drafter outputs are cached per anchor: only the head and the copy expert re-run for each grid
+point. The result equals the loop's own ``acceptance_lengths`` up to float rounding of near-ties (tested).
 """
 
 import argparse
@@ -18,6 +19,7 @@ import sys
 import torch
 from tqdm.auto import tqdm
 
+from ..copy_expert import DEFAULT_GAMMA, CopyChain, CopySettings
 from ..errors import BenchArgumentError
 from ..fusion import fusion_weights
 from ..generation.drafting import context_features, propose
@@ -28,10 +30,11 @@ from ..sampling import Warping
 def replay_acceptance(
     target, drafter, head, sequence: torch.Tensor, prompt_len: int, alpha, beta,
     block_size: int | None = None, pure_prefix_len: int = 1, _cache: dict | None = None,
+    copy_weights: torch.Tensor | None = None,
 ) -> list[int]:
     """Acceptance lengths of greedy DeLS (``head=None``: DFlash only) decoding ``sequence [1, N]``, whose
-    tokens after ``prompt_len`` are the target's greedy continuation. ``_cache`` memoizes drafter logits per
-    anchor across calls on the same sequence."""
+    tokens after ``prompt_len`` are the target's greedy continuation. ``copy_weights`` turns on the copy
+    expert, as in the loops. ``_cache`` memoizes drafter logits per anchor across calls on the same sequence."""
     block_size = block_size or drafter.config.block_size
     cache = _cache if _cache is not None else {}
     if "features" not in cache:
@@ -51,8 +54,9 @@ def replay_acceptance(
             hidden = drafter(target_hidden=features[:, :start], noise_embedding=embed(block),
                              position_ids=torch.arange(start + block_size, device=sequence.device).unsqueeze(0))
             cache[start] = lm_head(hidden[0, 1:])
+        copy = None if copy_weights is None else CopyChain(sequence[0], start, copy_weights)
         drafts, _ = propose(cache[start], sequence[0, start : start + 1], Warping(), None, head, log_prior,
-                            alpha_k, beta_k)
+                            alpha_k, beta_k, copy=copy)
         truth = sequence[0, start + 1 : start + block_size]
         matches = (drafts[: truth.shape[0]] == truth).long().cumprod(0).sum().item()
         committed = min(matches + 1, total - start - 1)
@@ -62,25 +66,34 @@ def replay_acceptance(
 
 
 def tune_fusion(target, drafter, head, sequences: list[tuple[torch.Tensor, int]], alphas, betas,
-                block_size: int | None = None, pure_prefix_len: int = 1, baseline: bool = False) -> list[dict]:
-    """tau (mean over sequences of the per-sequence mean acceptance length) for every (alpha, beta), best
-    first. ``sequences`` are ``(ids [1, N], prompt_len)`` pairs of prompts with target greedy continuations,
-    taken from a validation slice (never the benchmark's held-out slice). ``baseline`` appends DFlash alone
-    as ``{"alpha": None, "beta": None, "tau"}``, replayed from the same target features and drafter outputs."""
+                block_size: int | None = None, pure_prefix_len: int = 1, baseline: bool = False,
+                copies=((0, 0.0),)) -> list[dict]:
+    """tau (mean over sequences of the per-sequence mean acceptance length) for every (alpha, beta, copy
+    setting), best first. ``copies`` are ``(copy_ngram, copy_gamma)`` pairs, ``(0, ...)`` meaning no copy
+    expert. ``head=None`` tunes the copy expert over DFlash alone: alpha and beta are then None.
+    ``sequences`` are ``(ids [1, N], prompt_len)`` pairs of prompts with target greedy continuations, taken
+    from a validation slice (never the benchmark's held-out slice). ``baseline`` appends DFlash alone as
+    ``{"alpha": None, "beta": None, "copy_ngram": 0, "copy_gamma": 0.0, "tau"}``, replayed from the same
+    target features and drafter outputs."""
     caches = [{} for _ in sequences]
+    copies = [(n, g, CopySettings(n, g).weights(target.device)) for n, g in copies]  # validated before any work
 
-    def tau(with_head, alpha, beta) -> float:
+    def tau(with_head, alpha, beta, copy_weights) -> float:
         taus = []
         for (ids, prompt_len), cache in zip(sequences, caches, strict=True):
             lengths = replay_acceptance(target, drafter, with_head, ids, prompt_len, alpha, beta, block_size,
-                                        pure_prefix_len, cache)
+                                        pure_prefix_len, cache, copy_weights)
             taus.append(sum(lengths) / max(len(lengths), 1))
         return sum(taus) / len(taus)
 
-    results = [{"alpha": a, "beta": b, "tau": tau(head, a, b)} for a, b in itertools.product(alphas, betas)]
+    fusions = itertools.product(alphas, betas) if head is not None else [(None, None)]
+    grid = list(itertools.product(fusions, copies))
+    results = [{"alpha": a, "beta": b, "copy_ngram": n, "copy_gamma": g, "tau": tau(head, a or 0.0, b or 0.0, w)}
+               for (a, b), (n, g, w) in tqdm(grid, desc="grid", unit="point", disable=len(grid) < 2)]
     results.sort(key=lambda r: -r["tau"])
     if baseline:
-        results.append({"alpha": None, "beta": None, "tau": tau(None, 0.0, 0.0)})
+        results.append({"alpha": None, "beta": None, "copy_ngram": 0, "copy_gamma": 0.0,
+                        "tau": tau(None, 0.0, 0.0, None)})
     return results
 
 
@@ -118,53 +131,78 @@ def add_tune_fusion_arguments(parser: argparse.ArgumentParser) -> argparse.Argum
     parser.add_argument("--target-kwargs", default=None, metavar="JSON", help="extra from_pretrained arguments")
     parser.add_argument("--dflash", action="append", required=True, metavar="DFLASH",
                         help="drafter(s) the head will be fused with; repeat to tune for their mean tau")
-    parser.add_argument("--head", required=True, help="the local head to tune (path)")
+    parser.add_argument("--head", default=None,
+                        help="the local head to tune (path); without one, only the copy expert is tuned over DFlash")
     parser.add_argument("--num-prompts", type=int, default=16, help="ShareGPT validation prompts (default: 16)")
     parser.add_argument("--max-new-tokens", type=int, default=128, help="greedy continuation length (default: 128)")
     parser.add_argument("--alphas", type=float, nargs="+", default=[0.1, 0.2, 0.3, 0.5, 0.7, 1.0])
     parser.add_argument("--betas", type=float, nargs="+", default=[0.0, 0.1, 0.2, 0.3, 0.5])
+    parser.add_argument("--copy-ngrams", type=int, nargs="+", default=[0], metavar="N",
+                        help="copy expert longest match lengths to try; 0 is off (default: 0)")
+    parser.add_argument("--copy-gammas", type=float, nargs="+", default=[DEFAULT_GAMMA], metavar="G",
+                        help=f"copy expert gamma at a full-length match to try (default: {DEFAULT_GAMMA:g})")
     parser.add_argument("--seed", type=int, default=0, help="which validation prompts (default: 0)")
     parser.add_argument("--write", action="store_true",
-                        help="store the best (alpha, beta) as the head's defaults in its config.json")
+                        help="store the best (alpha, beta) as the head's defaults in its config.json (the copy "
+                             "expert's settings are decoding settings: they are printed, not stored in the head)")
     parser.add_argument("--json", default=None, help="also write the whole grid here")
     return parser
 
 
+def copy_grid(ngrams: list[int], gammas: list[float]) -> list[tuple[int, float]]:
+    """``(n, gamma)`` pairs to try; n = 0 (off) appears once, whatever the gammas."""
+    grid = [(n, g) for n in dict.fromkeys(ngrams) for g in (gammas if n else [0.0])]
+    for n, g in grid:
+        CopySettings(n, g)  # a bad value fails here, before any model is loaded
+    return grid
+
+
 def tune_fusion_main(args: argparse.Namespace) -> int:
-    """Grid-search (alpha, beta) on validation continuations; print the ranking; optionally save the best."""
+    """Grid-search (alpha, beta) and the copy expert's (n, gamma) on validation continuations; print the ranking;
+    optionally save the best (alpha, beta) into the head."""
     from ..generation.loading import load_dflash, load_head, load_target, load_tokenizer
     from .runner import load_json_kwargs
 
     checks = [(args.num_prompts >= 1, f"--num-prompts must be >= 1, got {args.num_prompts}"),
               (args.max_new_tokens >= 2, f"--max-new-tokens must be >= 2, got {args.max_new_tokens}"),
-              (all(a >= 0 for a in args.alphas + args.betas), "alphas and betas must be >= 0")]
+              (all(a >= 0 for a in args.alphas + args.betas), "alphas and betas must be >= 0"),
+              (args.head is not None or any(args.copy_ngrams),
+               "nothing to tune: give --head (alpha, beta) or --copy-ngrams above 0 (the copy expert)"),
+              (args.head is not None or not args.write, "--write stores alpha and beta in a head: give --head")]
     for ok, message in checks:
         if not ok:
             raise BenchArgumentError(message)
+    copies = copy_grid(args.copy_ngrams, args.copy_gammas)
     kwargs = load_json_kwargs(args.target_kwargs)
     tokenizer = load_tokenizer(args.target, None, **kwargs)
     target = load_target(args.target, None, **kwargs)
-    head = load_head(args.head).to(target.dtype).eval()
+    head = load_head(args.head).to(target.dtype).eval() if args.head is not None else None
     drafters = [load_dflash(d, target.dtype).eval() for d in args.dflash]
     sequences = validation_sequences(target, tokenizer, args.num_prompts, args.max_new_tokens, args.seed)
     grids = {}
     for name, drafter in tqdm(list(zip(args.dflash, drafters)), desc="drafters", unit="drafter"):
-        grids[name] = tune_fusion(target, drafter, head, sequences, args.alphas, args.betas, baseline=True)
-    table = {}  # (alpha, beta) -> {drafter: tau}; (None, None) is DFlash alone
+        grids[name] = tune_fusion(target, drafter, head, sequences, args.alphas, args.betas, baseline=True,
+                                  copies=copies)
+    table, baseline = {}, {}  # (alpha, beta, n, gamma) -> {drafter: tau}; DFlash alone apart
     for name, grid in grids.items():
-        for row in grid:
-            table.setdefault((row["alpha"], row["beta"]), {})[name] = row["tau"]
-    ranked = sorted(((key, taus) for key, taus in table.items() if key[0] is not None),
-                    key=lambda item: -sum(item[1].values()) / len(item[1]))
-    print("alpha  beta   " + "  ".join(f"tau[{n}]" for n in args.dflash))
-    print("DFlash only   " + "  ".join(f"{table[(None, None)][n]:.3f}" for n in args.dflash))
-    for (alpha, beta), taus in ranked[:10]:
-        print(f"{alpha:<6g} {beta:<6g} " + "  ".join(f"{taus[n]:.3f}" for n in args.dflash))
-    (best_alpha, best_beta), _ = ranked[0]
+        baseline[name] = grid[-1]["tau"]
+        for row in grid[:-1]:
+            table.setdefault((row["alpha"], row["beta"], row["copy_ngram"], row["copy_gamma"]), {})[name] = row["tau"]
+    ranked = sorted(table.items(), key=lambda item: -sum(item[1].values()) / len(item[1]))
+    print("alpha  beta   copy_n copy_gamma  " + "  ".join(f"tau[{n}]" for n in args.dflash))
+    print("DFlash only                      " + "  ".join(f"{baseline[n]:.3f}" for n in args.dflash))
+    for (alpha, beta, ngram, gamma), taus in ranked[:10]:
+        fusion = "-      -     " if alpha is None else f"{alpha:<6g} {beta:<6g}"
+        print(f"{fusion} {ngram:<6d} {gamma:<10g}  " + "  ".join(f"{taus[n]:.3f}" for n in args.dflash))
+    (best_alpha, best_beta, best_ngram, best_gamma), _ = ranked[0]
     if args.json:
         with open(args.json, "w") as handle:
+            best = {"alpha": best_alpha, "beta": best_beta, "copy_ngram": best_ngram, "copy_gamma": best_gamma}
             json.dump({"sequences": len(sequences), "max_new_tokens": args.max_new_tokens, "seed": args.seed,
-                       "best": {"alpha": best_alpha, "beta": best_beta}, "grids": grids}, handle, indent=1)
+                       "best": best, "grids": grids}, handle, indent=1)
+    if best_ngram:
+        print(f"best copy expert: --copy-ngram {best_ngram} --copy-gamma {best_gamma:g} (decoding settings of "
+              "generate and bench)", file=sys.stderr)
     if args.write:
         from ..heads import DeLSLocalHeadConfig
 

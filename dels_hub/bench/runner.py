@@ -17,6 +17,7 @@ from pathlib import Path
 import torch
 from tqdm.auto import tqdm
 
+from ..copy_expert import DEFAULT_GAMMA, CopySettings
 from ..errors import BenchArgumentError, BlockSizeError
 from ..generation import DeLSGenerator
 from ..generation.loading import load_dflash, load_head
@@ -58,6 +59,8 @@ class BenchSettings:
     block_size: int | None = None
     alpha: float | None = None
     beta: float | None = None
+    copy_ngram: int = 0  # above 0: a "+ copy" row beside every DFlash and DeLS row (the copy expert on)
+    copy_gamma: float = DEFAULT_GAMMA
     seed: int = 0
     out: str | None = None
     score: bool = False
@@ -83,6 +86,7 @@ class BenchSettings:
         for ok, message in checks:
             if not ok:
                 raise BenchArgumentError(message)
+        CopySettings(self.copy_ngram, self.copy_gamma)  # FusionScheduleError names a bad value
         if self.score:
             if self.dataset != "humaneval":
                 raise BenchArgumentError(f"--score measures HumanEval pass@1; dataset is {self.dataset!r}")
@@ -179,6 +183,7 @@ def build_rows(
         dflash_row = LoopRow(f"DFlash (b={block_size}{which})", "dflash", DeLSGenerator(target, each, None, tokenizer),
                              block_size)
         rows.append(dflash_row)
+        rows += copy_rows(settings, dflash_row, DeLSGenerator(target, each, None, tokenizer))
         first_head_row = None
         for label, head in zip(head_labels, heads):
             fused = DeLSGenerator(target, each, head, tokenizer)
@@ -188,6 +193,7 @@ def build_rows(
             row.compare_to_head = first_head_row.name if first_head_row else None  # e.g. an adapter vs its base
             first_head_row = first_head_row or row
             rows.append(row)
+            rows += copy_rows(settings, row, fused)
     skipped = []
     if not settings.peers:
         return rows, [{"row": "transformers peers", "reason": "disabled (peers=False)"}]
@@ -202,6 +208,17 @@ def build_rows(
     else:
         skipped.append({"row": "transformers DFlash", "reason": reason})
     return rows, skipped
+
+
+def copy_rows(settings: BenchSettings, base: LoopRow, generator: DeLSGenerator) -> list[LoopRow]:
+    """``base`` with the copy expert on, compared with ``base`` paired per prompt; none when it is off."""
+    if not settings.copy_ngram:
+        return []
+    copying = DeLSGenerator(generator.target, generator.drafter, generator.head, generator.tokenizer,
+                            copy_ngram=settings.copy_ngram, copy_gamma=settings.copy_gamma)
+    row = LoopRow(f"{base.name} + copy", base.kind, copying, base.block_size, base.head, base.alpha, base.beta)
+    row.compare_to_base = base.name
+    return [row]
 
 
 # -- measuring -------------------------------------------------------------------------------------------
@@ -380,7 +397,8 @@ def summarize(rows: list[Row], runs: dict, prompts: list[Prompt], greedy: dict |
             "greedy_match": None if greedy is None else (row.name == REFERENCE or not greedy["mismatches"][row.name]),
             "per_prompt": recs,
         }
-        for key, base in (("gain_over_dflash", row.compare_to), ("gain_over_first_head", row.compare_to_head)):
+        for key, base in (("gain_over_dflash", row.compare_to), ("gain_over_first_head", row.compare_to_head),
+                          ("gain_of_copy", row.compare_to_base)):
             if base in records:
                 summary[key] = gain_over(records[base], recs, tpot[base], tpot[row.name]) | {"baseline": base}
         summaries.append(summary)
@@ -427,7 +445,7 @@ def run_bench(target, dflash, heads=(), **options) -> dict:
             DeLS row per head each (the first also drives the transformers DFlash peer).
         heads: local heads (paths, Hub ids or loaded), one DeLS row each.
         **options: the ``BenchSettings`` fields: dataset, num_prompts, max_new_tokens, temperature, top_p,
-            block_size, alpha, beta, seed, out (directory for results.json, results.md, PNGs; None writes
+            block_size, alpha, beta, copy_ngram, copy_gamma, seed, out (directory for results.json, results.md, PNGs; None writes
             nothing), score, target_kwargs, tokenizer, device, peers, warmup, progress.
 
     Returns:

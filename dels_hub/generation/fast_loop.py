@@ -22,6 +22,7 @@ import time
 import torch
 
 from ..compat import cache_kwarg_name, synchronize
+from ..copy_expert import CopyChain
 from ..sampling import Warping, choose
 from .drafting import context_features, propose
 from .graph_steps import compiled, draft_step, graph_warping, static, verify_step
@@ -78,6 +79,7 @@ def fast_speculative_decode(
     streamer=None,
     compile: bool = False,
     workspace: dict | None = None,
+    copy_weights: torch.Tensor | None = None,
 ) -> DecodeResult:
     """``loop.speculative_decode`` on static caches; same arguments, same result (compiled and sampling on
     CUDA: the same distribution, see the module docstring).
@@ -85,7 +87,7 @@ def fast_speculative_decode(
     ``compile=True`` runs the verify forward and (when the drafter's attention takes a 4D mask) the draft
     step through ``torch.compile`` (opt-in: the first call compiles for each cache-length bucket).
     ``workspace``, a dict the caller keeps between compiled calls, lets the caches be reused, so CUDA graphs
-    recorded against their addresses are replayed.
+    recorded against their addresses are replayed. ``copy_weights`` as in ``loop.speculative_decode``.
     """
     verifiers = verifiers or Verifiers()
     device = input_ids.device
@@ -119,6 +121,7 @@ def fast_speculative_decode(
                              lambda: StaticSlotCache(cache_len + block_size, config.num_hidden_layers, device,
                                                      drafter.dtype))
         n_context = torch.full((), prompt_len, dtype=torch.long, device=device)  # a fill, not a host copy
+        anchor_at = torch.full((), prompt_len, dtype=torch.long, device=device)  # the copy expert's anchor
         draft_warping = graph_warping(warping, device)
         races = None
         if not warping.greedy:  # a static input: refilled in place each block, never copied into the graph
@@ -170,7 +173,7 @@ def fast_speculative_decode(
             proposed, q = step(drafter, embed, lm_head, features,
                                position_ids[:, context_start : context_start + features.shape[1]], n_context, block,
                                position_ids[:, start : start + block_size], draft_kv_index, draft_cache,
-                               draft_warping, races, head, log_prior, alpha, beta)
+                               draft_warping, races, head, log_prior, alpha, beta, output[0], anchor_at, copy_weights)
             drafts.copy_(proposed)
             if start == prompt_len:  # the first call allocated them
                 for buffer in draft_cache.keys + draft_cache.values:
@@ -184,8 +187,9 @@ def fast_speculative_decode(
                 use_cache=True,
             )
             draft_cache.crop(start)  # keep context keys/values only; the block is redrafted next time
+            copy = None if copy_weights is None else CopyChain(output[0], start, copy_weights)
             _, q = propose(lm_head(hidden[0, 1:]), block[0, :1], warping, generator, head, log_prior, alpha, beta,
-                           drafts=drafts, q=q_buffer)
+                           drafts=drafts, q=q_buffer, copy=copy)
 
         # 3. Verify: one target forward over [anchor, drafts] at positions start.., stale slots masked.
         logits, hidden_states = verify(target, verify_ids, position_ids[:, start : start + block_size], kv_index,
@@ -205,6 +209,7 @@ def fast_speculative_decode(
         features = context_features(hidden_states, layer_ids)
         if graph_draft:
             n_context.fill_(n_commit)
+            anchor_at.fill_(start + n_commit)
             context_start = start
         else:
             features = features[:, :n_commit]

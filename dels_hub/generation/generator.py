@@ -6,6 +6,7 @@ import torch
 from transformers import GenerationConfig
 
 from ..checks import check_compatibility
+from ..copy_expert import DEFAULT_GAMMA, CopySettings
 from ..errors import BlockSizeError, DtypeMismatchError, GenerationArgumentError, UnsupportedInputError
 from ..fusion import fusion_weights
 from ..sampling import Warping
@@ -34,9 +35,13 @@ class DeLSGenerator:
     """Speculative decoding with a frozen DFlash drafter, optionally fused with a DeLS local head.
 
     ``head=None`` is the DFlash-only baseline. Compatibility is checked once, here, before any work.
+    ``copy_ngram``/``copy_gamma`` turn on the copy expert (``copy_expert.CopySettings``: longest match up to
+    ``copy_ngram`` tokens, gamma a scalar ramp or one value per match length); 0 is off. They are decoding
+    settings, not a head's, and work with or without a head.
     """
 
-    def __init__(self, target, drafter, head=None, tokenizer=None, *, alpha=None, beta=None, pure_prefix_len=None):
+    def __init__(self, target, drafter, head=None, tokenizer=None, *, alpha=None, beta=None, pure_prefix_len=None,
+                 copy_ngram: int = 0, copy_gamma=DEFAULT_GAMMA):
         check_compatibility(target, drafter, head, tokenizer)
         for name, part in (("drafter", drafter), ("head", head)):
             if part is not None and part.dtype != target.dtype:  # else a matmul fails mid-generation
@@ -56,6 +61,7 @@ class DeLSGenerator:
         )
         # Validate the schedules now, not at the first generate call.
         fusion_weights(self.alpha, self.beta, self.pure_prefix_len, self.block_size - 1)
+        self.copy = CopySettings(copy_ngram, copy_gamma)
         self.verifiers = Verifiers()
         # Opt-in: compile the static loop's per-block steps, verify and draft + head (CUDA graphs on CUDA). Off until
         # measured on a GPU. Compiled on CUDA, seeded sampling draws differently from the eager loop (same
@@ -76,6 +82,8 @@ class DeLSGenerator:
         alpha=None,
         beta=None,
         pure_prefix_len=None,
+        copy_ngram: int = 0,
+        copy_gamma=DEFAULT_GAMMA,
         **target_kwargs,
     ) -> "DeLSGenerator":
         """Load or adopt the three parts.
@@ -88,6 +96,7 @@ class DeLSGenerator:
             dtype: dtype of the target (default: the checkpoint's); drafter and head follow the target.
             device: where to put all three (default: where the target is).
             tokenizer: needed with a head when the target is an in-memory model.
+            alpha, beta, pure_prefix_len, copy_ngram, copy_gamma: decoding settings, as in ``DeLSGenerator``.
         """
         tokenizer = load_tokenizer(target, tokenizer, **target_kwargs)
         target = load_target(target, dtype, **target_kwargs)
@@ -98,7 +107,8 @@ class DeLSGenerator:
         head = load_head(head, dtype)
         if head is not None:
             head = head.to(**place)
-        return cls(target, drafter, head, tokenizer, alpha=alpha, beta=beta, pure_prefix_len=pure_prefix_len)
+        return cls(target, drafter, head, tokenizer, alpha=alpha, beta=beta, pure_prefix_len=pure_prefix_len,
+                   copy_ngram=copy_ngram, copy_gamma=copy_gamma)
 
     @property
     def block_size(self) -> int:
@@ -122,6 +132,8 @@ class DeLSGenerator:
         block_size: int | None = None,
         alpha=None,
         beta=None,
+        copy_ngram: int | None = None,
+        copy_gamma=None,
         fast: bool | None = None,
         **kwargs,
     ):
@@ -133,10 +145,17 @@ class DeLSGenerator:
         then the target's generation config, then transformers' defaults. Greedy output equals the target's
         greedy output; sampled output is distributed as the target's own sampling.
 
+        ``block_size``, ``alpha``, ``beta``, ``copy_ngram``, ``copy_gamma`` override this generator's settings for
+        this call.
+
         ``fast``: None picks the static-cache loop when the target allows it (``fast_path_supported``),
         False forces the DynamicCache loop, True forces the static one (and fails if it cannot run).
         Both give the same tokens.
         """
+        copy = self.copy if copy_ngram is None and copy_gamma is None else CopySettings(
+            self.copy.max_ngram if copy_ngram is None else copy_ngram,
+            self.copy.gamma if copy_gamma is None else copy_gamma,
+        )
         input_ids = self._validate_input(input_ids, attention_mask)
         config = self._merge_generation_config(generation_config, kwargs)
         max_new_tokens = self._max_new_tokens(config, input_ids.shape[1])
@@ -167,6 +186,7 @@ class DeLSGenerator:
             generator=generator,
             verifiers=self.verifiers,
             streamer=streamer,
+            copy_weights=copy.weights(self.device),
             **({"compile": self.compile, "workspace": self._workspace} if decode is fast_speculative_decode else {}),
         )
         if not (return_dict_in_generate or config.return_dict_in_generate):

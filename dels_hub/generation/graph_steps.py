@@ -10,6 +10,7 @@
 
 import torch
 
+from ..copy_expert import CopyChain
 from ..sampling import Warping
 from .drafting import propose
 from .static_cache import causal_mask
@@ -30,7 +31,7 @@ def verify_step(model, ids, positions, kv_index, cache, cache_arg: str, logits_t
 
 
 def draft_step(drafter, embed, lm_head, features, context_positions, n_context, block, block_positions, kv_index,
-               cache, warping, races, head, log_prior, alpha, beta):
+               cache, warping, races, head, log_prior, alpha, beta, tokens=None, anchor=None, copy_weights=None):
     """Draft one block through the drafter's static cache -> ``(drafts [k], q [k, V] or None)``.
 
     Args:
@@ -40,6 +41,8 @@ def draft_step(drafter, embed, lm_head, features, context_positions, n_context, 
         kv_index, cache: ``arange(slots)`` and the drafter's ``StaticSlotCache``, whose top slots lie past
             every position: padding row i goes to slot ``slots - 1 - i``.
         races: ``[k, V]`` Exp(1) draws for sampling (None when greedy); the rest as in ``propose``.
+        tokens, anchor, copy_weights: the token buffer, the anchor's position (0-dim) and the copy expert's
+            gamma by match length; ``copy_weights=None`` leaves the copy expert out.
     """
     rows = torch.arange(features.shape[1], device=features.device)
     # Slot == position for real rows; padding goes to the top slots, which the mask below never shows.
@@ -51,7 +54,9 @@ def draft_step(drafter, embed, lm_head, features, context_positions, n_context, 
     hidden = drafter(target_hidden=features, noise_embedding=embed(block),
                      position_ids=torch.cat([context_positions, block_positions], dim=1), past_key_values=cache,
                      use_cache=True, attention_mask=mask)
-    return propose(lm_head(hidden[0, 1:]), block[0, :1], warping, None, head, log_prior, alpha, beta, races=races)
+    copy = None if copy_weights is None else CopyChain(tokens, anchor, copy_weights)
+    return propose(lm_head(hidden[0, 1:]), block[0, :1], warping, None, head, log_prior, alpha, beta, races=races,
+                   copy=copy)
 
 
 def graph_warping(warping: Warping, device) -> Warping:

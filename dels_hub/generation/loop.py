@@ -12,6 +12,7 @@ import torch
 from transformers import DynamicCache
 
 from ..compat import cache_kwarg_name, crop_cache, synchronize
+from ..copy_expert import CopyChain
 from ..sampling import Warping, choose, warp_probs
 from ..verify import verify_greedy, verify_rejection
 from .drafting import context_features, propose
@@ -74,10 +75,12 @@ def speculative_decode(
     generator: torch.Generator | None = None,
     verifiers: Verifiers | None = None,
     streamer=None,
+    copy_weights: torch.Tensor | None = None,
 ) -> DecodeResult:
     """Generate up to ``max_new_tokens`` after ``input_ids [1, N]``; ``block_size=1`` is plain decoding.
 
     ``alpha``/``beta`` are ``[block_size - 1]`` per-position fusion weights (zero in the pure prefix).
+    ``copy_weights``: ``[n + 1]`` gamma of the copy expert by match length (``CopySettings.weights``); None is off.
     """
     verifiers = verifiers or Verifiers()
     device = input_ids.device
@@ -126,7 +129,9 @@ def speculative_decode(
             )
             crop_cache(draft_cache, start)  # keep context keys/values only; the block is redrafted next time
             draft_cache_len = start
-            drafts, q = propose(lm_head(hidden[0, 1:]), block[0, :1], warping, generator, head, log_prior, alpha, beta)
+            copy = None if copy_weights is None else CopyChain(output[0], start, copy_weights)
+            drafts, q = propose(lm_head(hidden[0, 1:]), block[0, :1], warping, generator, head, log_prior, alpha, beta,
+                                copy=copy)
 
         # 3. Verify: one target forward over [anchor, drafts].
         verify_ids = torch.cat([block[0, :1], drafts]).unsqueeze(0)
