@@ -94,7 +94,7 @@ class CopyChain:
         padded = torch.cat([tokens.new_full((self.max_ngram,), -1), tokens])  # padded[n + i] == tokens[i]
         offsets = torch.arange(self.max_ngram, device=tokens.device)
         suffix = tokens[(anchor - offsets).clamp(min=0)]  # anchor, anchor - 1, ... (clamped rows never count)
-        run = self.candidates & True
+        run = self.candidates.clone()
         matches = torch.zeros(size, dtype=torch.long, device=tokens.device)
         for t in range(self.max_ngram):
             shifted = padded[self.max_ngram - t : self.max_ngram - t + size]  # tokens[j - t], -1 before 0

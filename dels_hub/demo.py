@@ -7,6 +7,7 @@ from pathlib import Path
 import torch
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
+from .copy_expert import DEFAULT_NGRAM
 from .generation import DeLSGenerator
 from .generation.loading import load_dflash, load_head
 from .proving_ground import SMOLLM2_DFLASH, SMOLLM2_HEAD, smollm2_location, untrained_smollm2_drafter
@@ -22,7 +23,8 @@ def _time_per_output_token(output) -> float:
 
 
 def run_demo(prompt: str = DEFAULT_PROMPT, max_new_tokens: int = 128, dflash=None, head=None, print_fn=print) -> dict:
-    """Generate a reply with DeLS and measure it against the target alone and DFlash only, in this process."""
+    """Generate a reply with DeLS and the copy expert; measure it against the target alone, DFlash only and DeLS
+    without the copy expert, in this process."""
     started = time.perf_counter()
     directory, gguf = smollm2_location()
     print_fn(f"Loading SmolLM2-135M-Instruct from {directory} ...")
@@ -43,41 +45,44 @@ def run_demo(prompt: str = DEFAULT_PROMPT, max_new_tokens: int = 128, dflash=Non
 
     dels = DeLSGenerator(target, drafter, local_head, tokenizer)
     dflash_only = DeLSGenerator(target, drafter, None, tokenizer)
+    # The product as shipped: DeLS with the training-free copy expert at its tuned default.
+    copying = DeLSGenerator(target, drafter, local_head, tokenizer, copy_ngram=DEFAULT_NGRAM)
     input_ids = tokenizer.apply_chat_template(
         [{"role": "user", "content": prompt}], add_generation_prompt=True, return_tensors="pt", return_dict=True
     )["input_ids"]
 
     settings = dict(max_new_tokens=max_new_tokens, do_sample=False, return_dict_in_generate=True)
-    for generator in (dels, dflash_only):  # warm-up: first calls pay one-time allocation costs
+    for generator in (dels, dflash_only, copying):  # warm-up: first calls pay one-time allocation costs
         generator.generate(input_ids, max_new_tokens=8, do_sample=False)
-    alone = dels.generate(input_ids, block_size=1, **settings)
-    baseline = dflash_only.generate(input_ids, **settings)
-    fused = dels.generate(input_ids, **settings)
-
-    reply = tokenizer.decode(fused.sequences[0, input_ids.shape[1]:], skip_special_tokens=True)
-    identical = torch.equal(fused.sequences, alone.sequences) and torch.equal(baseline.sequences, alone.sequences)
-    runs = {"alone": alone, "dflash": baseline, "dels": fused}
+    runs = {
+        "target": dels.generate(input_ids, block_size=1, **settings),
+        "dflash": dflash_only.generate(input_ids, **settings),
+        "dels": dels.generate(input_ids, **settings),
+        "dels_copy": copying.generate(input_ids, **settings),
+    }
+    shipped, alone = runs["dels_copy"], runs["target"]
+    reply = tokenizer.decode(shipped.sequences[0, input_ids.shape[1]:], skip_special_tokens=True)
+    identical = all(torch.equal(out.sequences, alone.sequences) for out in runs.values())
     tpot = {name: _time_per_output_token(out) for name, out in runs.items()}
     results = {
         "reply": reply,
         "identical_to_target": identical,
-        "new_tokens": fused.num_new_tokens,
-        "tau_dels": fused.tau,
-        "tau_dflash": baseline.tau,
-        "tokens_per_second": {"target": alone.tokens_per_second, "dflash": baseline.tokens_per_second,
-                              "dels": fused.tokens_per_second},
-        "speedup_over_target": tpot["alone"] / tpot["dels"],
-        "speedup_over_dflash": tpot["dflash"] / tpot["dels"],
+        "new_tokens": shipped.num_new_tokens,
+        "tau": {name: out.tau for name, out in runs.items() if name != "target"},
+        "tokens_per_second": {name: out.tokens_per_second for name, out in runs.items()},
+        "speedup_over_target": {name: tpot["target"] / tpot[name] for name in runs if name != "target"},
         "wall_seconds": time.perf_counter() - started,
     }
-    print_fn("\n--- DeLS reply " + "-" * 60 + f"\n{reply}\n" + "-" * 75)
+    labels = {"dels_copy": "DeLS + copy", "dels": "DeLS", "dflash": "DFlash only", "target": "target alone"}
+    print_fn("\n--- DeLS + copy expert reply " + "-" * 46 + f"\n{reply}\n" + "-" * 75)
     print_fn(f"greedy output identical to the target alone: {'yes' if identical else 'NO (bug)'}")
-    print_fn(f"new tokens: {fused.num_new_tokens}")
-    print_fn(f"tau: DeLS {fused.tau:.2f} | DFlash only {baseline.tau:.2f} (tokens per verify step, bonus included)")
-    tps = results["tokens_per_second"]
-    print_fn(f"tokens/s: DeLS {tps['dels']:.1f} | DFlash only {tps['dflash']:.1f} | target alone {tps['target']:.1f}")
-    print_fn(f"speedup (time per output token): {results['speedup_over_target']:.2f}x over the target alone, "
-             f"{results['speedup_over_dflash']:.2f}x over DFlash only")
+    print_fn(f"new tokens: {shipped.num_new_tokens}")
+    print_fn("tau (tokens per verify step, bonus included): "
+             + " | ".join(f"{labels[name]} {tau:.2f}" for name, tau in results["tau"].items()))
+    print_fn("tokens/s: " + " | ".join(f"{labels[name]} {tps:.1f}"
+                                       for name, tps in results["tokens_per_second"].items()))
+    print_fn("speedup over the target alone (time per output token): "
+             + " | ".join(f"{labels[name]} {x:.2f}x" for name, x in results["speedup_over_target"].items()))
     print_fn(f"(one prompt, one run on this machine; `dels-hub bench` gives medians over many prompts) "
              f"[{results['wall_seconds']:.0f} s in all]")
     return results

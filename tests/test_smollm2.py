@@ -70,4 +70,5 @@ def test_demo_runs_with_a_small_budget():
     lines = []
     results = run_demo(max_new_tokens=12, print_fn=lines.append)
     assert results["identical_to_target"] and results["new_tokens"] == 12
-    assert results["speedup_over_target"] > 0 and any("tau:" in line for line in lines)
+    assert set(results["speedup_over_target"]) == {"dflash", "dels", "dels_copy"}
+    assert all(x > 0 for x in results["speedup_over_target"].values()) and any("tau (" in line for line in lines)
