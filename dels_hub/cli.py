@@ -32,11 +32,11 @@ def _add_generate(subparsers):
 def _generate(args):
     from transformers import TextStreamer
 
+    from .copy_expert import DEFAULT_GAMMA, CopySettings
     from .generation import DeLSGenerator
 
-    from .copy_expert import DEFAULT_GAMMA, CopySettings
-
-    copy = CopySettings(args.copy_ngram, DEFAULT_GAMMA if args.copy_gamma is None else args.copy_gamma)  # before loading
+    # Validated before anything loads.
+    copy = CopySettings(args.copy_ngram, DEFAULT_GAMMA if args.copy_gamma is None else args.copy_gamma)
     generator = DeLSGenerator.from_pretrained(args.target, args.dflash, args.head, copy_ngram=copy.max_ngram,
                                               copy_gamma=copy.gamma, **json.loads(args.target_kwargs))
     input_ids = generator.tokenizer.apply_chat_template(

@@ -4,6 +4,7 @@ import random
 
 import pytest
 import torch
+from test_generation import chi_square_pvalue, exact_distribution, sampled_counts
 
 from dels_hub import DeLSGenerator
 from dels_hub.copy_expert import CopyChain, CopySettings
@@ -11,7 +12,6 @@ from dels_hub.errors import FusionScheduleError
 from dels_hub.sampling import Warping
 
 from conftest import SMALL_VOCAB, VOCAB, make_dflash, make_head, make_tokenizer, small_prompts
-from test_generation import chi_square_pvalue, exact_distribution, sampled_counts
 
 
 def reference_vote(committed: list[int], drafts: list[int], max_ngram: int) -> tuple[int | None, int]:

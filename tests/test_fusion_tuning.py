@@ -49,7 +49,6 @@ def test_replay_with_the_copy_expert_equals_the_loop():
 
 
 def test_tune_fusion_grids_the_copy_expert_without_a_head():
-    tokenizer = make_tokenizer(VOCAB - 2)
     target = make_target("llama", vocab=VOCAB)
     drafter = make_dflash(4, VOCAB - 1, vocab=VOCAB, seed=5)
     prompt = torch.randint(0, VOCAB - 2, (1, 5), generator=torch.Generator().manual_seed(0))

@@ -445,8 +445,8 @@ def run_bench(target, dflash, heads=(), **options) -> dict:
             DeLS row per head each (the first also drives the transformers DFlash peer).
         heads: local heads (paths, Hub ids or loaded), one DeLS row each.
         **options: the ``BenchSettings`` fields: dataset, num_prompts, max_new_tokens, temperature, top_p,
-            block_size, alpha, beta, copy_ngram, copy_gamma, seed, out (directory for results.json, results.md, PNGs; None writes
-            nothing), score, target_kwargs, tokenizer, device, peers, warmup, progress.
+            block_size, alpha, beta, copy_ngram, copy_gamma, seed, out (directory for results.json, results.md,
+            PNGs; None writes nothing), score, target_kwargs, tokenizer, device, peers, warmup, progress.
 
     Returns:
         The results dict (also written to ``out/results.json``); ``results["greedy_check"]["ok"]`` is False
