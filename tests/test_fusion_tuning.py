@@ -2,6 +2,7 @@
 
 import json
 
+import pytest
 import torch
 
 from dels_hub import DeLSGenerator, cli
@@ -12,7 +13,8 @@ from conftest import make_dflash, make_head, make_target, make_tokenizer
 VOCAB = 12
 
 
-def test_replay_equals_the_loop_acceptance_lengths():
+@pytest.mark.parametrize("copy_ngram", [0, 3], ids=["", "copy"])
+def test_replay_equals_the_loop_acceptance_lengths(copy_ngram):
     tokenizer = make_tokenizer(VOCAB - 2)
     target = make_target("qwen3", vocab=VOCAB)
     drafter = make_dflash(8, VOCAB - 1, vocab=VOCAB, seed=5)
@@ -20,32 +22,16 @@ def test_replay_equals_the_loop_acceptance_lengths():
     generator = torch.Generator().manual_seed(123)
     compared = 0
     for alpha, beta, with_head in [(0.5, 0.3, True), (1.5, 0.0, True), (0.0, 0.0, False)]:
-        dels = DeLSGenerator(target, drafter, head if with_head else None, tokenizer, alpha=alpha, beta=beta)
+        dels = DeLSGenerator(target, drafter, head if with_head else None, tokenizer, alpha=alpha, beta=beta,
+                             copy_ngram=copy_ngram, copy_gamma=4.0)
         for _ in range(4):
             prompt = torch.randint(0, VOCAB - 2, (1, 6), generator=generator)
             out = dels.generate(prompt, max_new_tokens=40, return_dict_in_generate=True)
             replayed = replay_acceptance(target, drafter, head if with_head else None, out.sequences, prompt.shape[1],
-                                         alpha, beta)
+                                         alpha, beta, copy_weights=dels.copy.weights())
             assert replayed == out.acceptance_lengths
             compared += len(replayed)
     assert compared > 50
-
-
-def test_replay_with_the_copy_expert_equals_the_loop():
-    tokenizer = make_tokenizer(VOCAB - 2)
-    target = make_target("qwen3", vocab=VOCAB)
-    drafter = make_dflash(8, VOCAB - 1, vocab=VOCAB, seed=5)
-    head = make_head(tokenizer, vocab=VOCAB - 2)
-    generator = torch.Generator().manual_seed(321)
-    for with_head in (False, True):
-        dels = DeLSGenerator(target, drafter, head if with_head else None, tokenizer, copy_ngram=3, copy_gamma=4.0)
-        weights = dels.copy.weights()
-        for _ in range(3):
-            prompt = torch.randint(0, VOCAB - 2, (1, 6), generator=generator)
-            out = dels.generate(prompt, max_new_tokens=40, return_dict_in_generate=True)
-            replayed = replay_acceptance(target, drafter, head if with_head else None, out.sequences,
-                                         prompt.shape[1], dels.alpha, dels.beta, copy_weights=weights)
-            assert replayed == out.acceptance_lengths
 
 
 def test_tune_fusion_grids_the_copy_expert_without_a_head():
