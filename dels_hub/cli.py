@@ -3,8 +3,9 @@ upload."""
 
 import argparse
 import importlib
-import json
 import sys
+
+from .arguments import json_object, non_negative_int, positive_int, probability_mass, temperature
 
 
 def _add_generate(subparsers):
@@ -12,17 +13,16 @@ def _add_generate(subparsers):
     parser.add_argument(
         "--target", required=True, help="target model: Hub id, local path or pkg:PACKAGE (shipped in a Python package)"
     )
-    parser.add_argument(
-        "--target-kwargs", default="{}", help='JSON of extra target loading kwargs, e.g. {"gguf_file": "m.gguf"}'
-    )
+    parser.add_argument("--target-kwargs", type=json_object, default={},
+                        help='JSON of extra target loading kwargs, e.g. {"gguf_file": "m.gguf"}')
     parser.add_argument("--dflash", required=True, help="DFlash drafter: Hub id or local path (z-lab format)")
     parser.add_argument("--head", default=None, help="local head: Hub id or local path (omit for DFlash only)")
     parser.add_argument("--prompt", required=True, help="user message, rendered with the target's chat template")
-    parser.add_argument("--max-new-tokens", type=int, default=256)
-    parser.add_argument("--temperature", type=float, default=0.0, help="0 means greedy")
-    parser.add_argument("--top-p", type=float, default=1.0)
+    parser.add_argument("--max-new-tokens", type=positive_int, default=256)
+    parser.add_argument("--temperature", type=temperature, default=0.0, help="0 means greedy")
+    parser.add_argument("--top-p", type=probability_mass, default=1.0)
     parser.add_argument("--seed", type=int, default=None)
-    parser.add_argument("--copy-ngram", type=int, default=0, metavar="N",
+    parser.add_argument("--copy-ngram", type=non_negative_int, default=0, metavar="N",
                         help="the copy expert: longest match of up to N tokens votes for what followed (0: off)")
     parser.add_argument("--copy-gamma", type=float, default=None, metavar="G",
                         help="the copy expert's gamma at a full-length match (default: the tuned default)")
@@ -38,7 +38,7 @@ def _generate(args):
     # Validated before anything loads.
     copy = CopySettings(args.copy_ngram, DEFAULT_GAMMA if args.copy_gamma is None else args.copy_gamma)
     generator = DeLSGenerator.from_pretrained(args.target, args.dflash, args.head, copy_ngram=copy.max_ngram,
-                                              copy_gamma=copy.gamma, **json.loads(args.target_kwargs))
+                                              copy_gamma=copy.gamma, **args.target_kwargs)
     input_ids = generator.tokenizer.apply_chat_template(
         [{"role": "user", "content": args.prompt}], add_generation_prompt=True, return_tensors="pt", return_dict=True
     )["input_ids"]
@@ -56,7 +56,7 @@ def _add_demo(subparsers):
 
     parser = subparsers.add_parser("demo", help="DeLS on the embedded SmolLM2-135M-Instruct default, with speedups")
     parser.add_argument("--prompt", default=DEFAULT_PROMPT)
-    parser.add_argument("--max-new-tokens", type=int, default=128)
+    parser.add_argument("--max-new-tokens", type=positive_int, default=128)
     parser.add_argument("--dflash", default=None, help="override the staged drafter (path or Hub id)")
     parser.add_argument("--head", default=None, help="override the staged head (path or Hub id)")
     parser.set_defaults(func=lambda args: _demo(args))

@@ -96,3 +96,19 @@ class AdapterError(DeLSError):
 class PackageLocationError(RecipeError):
     """A ``pkg:NAME`` location names no installed Python package. A ``RecipeError`` because recipes raised that
     for it first; ``generate`` and ``bench`` raise it too."""
+
+
+class ModelNotFoundError(DeLSError):
+    """A target, drafter, head or tokenizer location is neither an existing local folder nor a Hub id."""
+
+
+class DamagedFileError(DeLSError):
+    """A weights or checkpoint file is truncated or corrupt; the message names the file and what is wrong."""
+
+
+class OutputFolderError(DeLSError):
+    """A training output folder holds another run's files; training refuses to write over them."""
+
+
+class ResumeConfigError(DeLSError):
+    """Resuming a run with a configuration that differs from the one its checkpoint was trained with."""

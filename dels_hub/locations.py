@@ -28,3 +28,33 @@ def resolve_location(location: str) -> str:
     if not spec.submodule_search_locations:
         raise PackageLocationError(f"{location!r}: {name!r} is a module, not a package folder that holds files")
     return str(Path(spec.submodule_search_locations[0]) / sub)
+
+
+def model_location(location, what: str) -> str:
+    """Where to load ``what`` (e.g. "DFlash drafter") from: an existing local folder, or a Hub id for the Hub to
+    resolve. A location that can only be a local path (``pkg:``, ``./x``, ``/x``, ``a/b/c``, or ``a/b`` where ``a/``
+    is a folder here) but does not exist raises ``ModelNotFoundError`` naming it, before any loading, rather than
+    a Hub error about repo id syntax."""
+    from huggingface_hub.utils import HFValidationError, validate_repo_id
+
+    from .errors import ModelNotFoundError
+
+    text = str(location)
+    resolved = resolve_location(text)
+    path = Path(resolved).expanduser()
+    if path.exists():
+        return str(path)
+    try:
+        validate_repo_id(resolved)
+        is_hub_id = not text.startswith(PACKAGE_PREFIX)
+    except HFValidationError:
+        is_hub_id = False
+    parent = path.parent
+    if is_hub_id and not (parent != Path(".") and parent.is_dir()):
+        return resolved
+    if is_hub_id:
+        why = f"{str(parent)!r} is a folder here, so this names a local path, not a Hub repo"
+    else:
+        why = "it is not a Hub id (ORG/NAME) either"
+    origin = f" (from {text!r})" if resolved != text else ""
+    raise ModelNotFoundError(f"{what} {text!r}: no such folder {resolved!r}{origin}; {why}")

@@ -385,6 +385,9 @@ def test_cli_arguments_match_the_issue():
     assert args.dflash == ["D"] and args.peers
     both = parser.parse_args(["--target", "T", "--dflash", "D1", "--dflash", "D2", "--no-peers"])
     assert both.dflash == ["D1", "D2"] and not both.peers
+    assert parser.parse_args(["--target", "T", "--dflash", "D", "--peers", "prompt-lookup"]).peers == ["prompt-lookup"]
+    with pytest.raises(BenchArgumentError, match=r"unknown peers \['lookahead'\]"):
+        runner.BenchSettings(target="T", dflash="D", peers=("lookahead",)).validate()
     assert runner.load_json_kwargs(args.target_kwargs) == {"gguf_file": "m.gguf"}
     with pytest.raises(BenchArgumentError, match="JSON"):
         runner.load_json_kwargs("{gguf_file: x}")

@@ -226,6 +226,10 @@ def test_streamer_receives_the_new_text(small):
         (dict(repetition_penalty=1.2), GenerationArgumentError, "repetition_penalty"),
         (dict(frobnicate=1), GenerationArgumentError, "unknown generation arguments"),
         (dict(max_new_tokens=0), GenerationArgumentError, "max_new_tokens"),
+        (dict(max_new_tokens="5"), GenerationArgumentError, "max_new_tokens must be an integer, got '5'"),
+        (dict(do_sample=True, temperature="0.7"), GenerationArgumentError, "temperature must be a number"),
+        (dict(do_sample=1), GenerationArgumentError, "do_sample must be True or False, got 1"),
+        (dict(block_size=2.5), BlockSizeError, "block_size must be an integer, got 2.5"),
     ],
 )
 def test_bad_generation_arguments_fail_before_work(small, kwargs, error, message):
@@ -242,6 +246,12 @@ def test_bad_inputs(small):
         generator.generate(torch.zeros(1, 4, dtype=torch.long), attention_mask=torch.tensor([[0, 1, 1, 1]]))
     with pytest.raises(UnsupportedInputError, match="empty"):
         generator.generate(torch.zeros(1, 0, dtype=torch.long))
+    with pytest.raises(UnsupportedInputError, match="integer token ids.*got torch.float32"):
+        generator.generate(torch.ones(1, 4), max_new_tokens=2)
+    with pytest.raises(UnsupportedInputError, match=f"token id {SMALL_VOCAB}, outside the target's embedding rows"):
+        generator.generate(torch.tensor([[1, SMALL_VOCAB]]), max_new_tokens=2)
+    with pytest.raises(UnsupportedInputError, match="token id -1"):
+        generator.generate(torch.tensor([[1, -1]]), max_new_tokens=2)
 
 
 # ---- compatibility, checked once at construction ------------------------------------------------------

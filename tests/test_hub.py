@@ -8,9 +8,11 @@ import pytest
 from huggingface_hub import ModelCard
 
 from dels_hub.cli import main as cli_main
+from dels_hub.errors import RepoCardError
 from dels_hub.families import get_family
 from dels_hub.heads import DeLSLocalHead, DeLSLocalHeadConfig
 from dels_hub.hub import RepoCheckError, check_repo, render_card, repo_kind, upload_repo, write_card
+from dels_hub.hub.card import CARD_BEGIN
 
 from conftest import make_dflash, make_head, make_target, make_tokenizer
 
@@ -192,7 +194,7 @@ def test_upload_refuses_a_repo_that_does_not_load(qwen3_head_dir):
         check_repo(qwen3_head_dir)
 
 
-def test_upload_dry_run_of_drafter_and_adapter(tmp_path):
+def test_upload_checks_drafter_and_adapter_and_the_adapters_base(tmp_path):
     from peft import LoraConfig, get_peft_model
 
     drafter = tmp_path / "drafter"
@@ -206,13 +208,64 @@ def test_upload_dry_run_of_drafter_and_adapter(tmp_path):
                              LoraConfig(r=2, target_modules=["input_gates", "hidden_gates"]))
     adapter = tmp_path / "adapter"
     adapted.save_pretrained(adapter)
-    write_card(adapter)
+    with pytest.raises(RepoCardError, match="no dels-hub card markers"):  # PEFT wrote its own template card
+        write_card(adapter)
+    write_card(adapter, force=True)
+    # A local base path means nothing on the Hub: the card points at adapter_config.json instead of naming it, and
+    # the upload check refuses it.
+    text = (adapter / "README.md").read_text()
+    assert "adapter (rank 2) over the DeLS head that" in text and str(base) not in text
+    with pytest.raises(RepoCheckError, match=f"names its base head by the local path {re.escape(repr(str(base)))}"):
+        check_repo(adapter)
+    # Named as a published adapter names it, by Hub id: found staged beside the adapter (its card says so).
+    write_card(base, repo_id="ORG/base-head")
+    config_path = adapter / "adapter_config.json"
+    config_path.write_text(config_path.read_text().replace(str(base), "ORG/base-head"))
     report = check_repo(adapter)
     assert report["kind"] == "adapter" and "adapter_model.safetensors" in report["files"]
     assert {"peft", "lora"} <= set(report["card"]["tags"])
-    # A local base path means nothing on the Hub: the card points at adapter_config.json instead of naming it.
-    text = (adapter / "README.md").read_text()
-    assert "adapter (rank 2) over the DeLS head that" in text and str(base) not in text
+    with pytest.raises(RepoCheckError, match="placeholder"):  # ORG/ is fine to check, not to publish
+        upload_repo(adapter, "ORG/adapter")
+    assert RecordingHfApi.calls == []
+
+
+# -- nothing a user wrote is lost ---------------------------------------------------------------------------
+
+
+def test_refresh_keeps_what_a_user_wrote_around_the_card(qwen3_head_dir):
+    write_card(qwen3_head_dir, drafter="ORG/qwen3-dflash-b16")
+    card = qwen3_head_dir / "README.md"
+    text = card.read_text().replace("tags:\n", "tags:\n- my-tag\n", 1).replace("license:", "my_key: kept\nlicense:")
+    before, after = text.split(CARD_BEGIN)
+    card.write_text(f"{before}A line I added above.\n\n{CARD_BEGIN}{after}\nA line I added below.\n")
+    write_card(qwen3_head_dir, results=RESULTS)
+    text = card.read_text()
+    assert "A line I added above." in text and text.rstrip().endswith("A line I added below.")
+    assert "my-tag" in metadata(qwen3_head_dir)["tags"] and metadata(qwen3_head_dir)["my_key"] == "kept"
+    assert "| DeLS (b=16, qwen3-dels-head) | 6.80 (6.10-7.50) |" in text  # the card's own section was refreshed
+    # the drafter id the snippet showed survives a refresh that does not name it (it was ORG/qwen3-dflash before)
+    assert metadata(qwen3_head_dir)["dels_hub"]["drafter"] == "ORG/qwen3-dflash-b16"
+    assert text.split(CARD_BEGIN)[1].count('"ORG/qwen3-dflash-b16"') == 1  # the Python snippet
+
+
+def test_card_refuses_a_readme_it_did_not_write(qwen3_head_dir, capsys):
+    card = qwen3_head_dir / "README.md"
+    card.write_text("# My own notes\n\nNot a dels-hub card.\n")
+    with pytest.raises(RepoCardError, match="no dels-hub card markers.*--force"):
+        write_card(qwen3_head_dir)
+    assert cli_main(["card", str(qwen3_head_dir)]) == 2
+    assert card.read_text() == "# My own notes\n\nNot a dels-hub card.\n"  # untouched
+    assert cli_main(["card", str(qwen3_head_dir), "--force"]) == 0
+    assert CARD_BEGIN in card.read_text() and "My own notes" not in card.read_text()
+
+
+@pytest.mark.parametrize("content, message", [("{not json", "is not JSON"), ('{"rows": []}', "needs `settings`")])
+def test_card_names_bad_results_json(qwen3_head_dir, tmp_path, capsys, content, message):
+    results = tmp_path / "results.json"
+    results.write_text(content)
+    assert cli_main(["card", str(qwen3_head_dir), "--results", str(results)]) == 2
+    assert message in capsys.readouterr().err
+    assert not (qwen3_head_dir / "README.md").exists()
 
 
 def test_placeholders_never_reach_the_metadata(tmp_path):

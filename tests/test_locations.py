@@ -1,13 +1,19 @@
-"""``pkg:`` locations: files shipped inside an installed Python package, named portably."""
+"""Locations: ``pkg:`` files shipped inside an installed Python package, named portably; a missing path or a damaged
+file named before anything else loads; an adapter's base found by Hub id; command-line values checked at parse time."""
 
+import json
+import re
 from pathlib import Path
 
 import pytest
 
 import dels_hub
-from dels_hub.errors import PackageLocationError, RecipeError
+from dels_hub import DeLSGenerator
+from dels_hub.errors import AdapterError, DamagedFileError, ModelNotFoundError, PackageLocationError, RecipeError
 from dels_hub.generation.loading import load_head
-from dels_hub.locations import resolve_location
+from dels_hub.locations import model_location, resolve_location
+
+from conftest import make_dflash, make_head, make_target, make_tokenizer
 
 
 def test_pkg_location_is_the_installed_package_folder():
@@ -31,3 +37,105 @@ def test_missing_package_is_named_before_any_loading():
 def test_bad_pkg_locations_say_what_is_wrong(location, message):
     with pytest.raises(PackageLocationError, match=message):
         resolve_location(location)
+
+
+# -- a missing or damaged part is named, before anything else loads ----------------------------------------
+
+
+@pytest.fixture
+def parts(tmp_path):
+    """A real tiny target, drafter, head and adapter saved to folders."""
+    from peft import LoraConfig, get_peft_model
+
+    from dels_hub import DeLSLocalHead
+
+    tokenizer = make_tokenizer()
+    folders = {name: tmp_path / name for name in ("target", "dflash", "head", "adapter")}
+    make_target().save_pretrained(folders["target"])
+    tokenizer.save_pretrained(folders["target"])
+    make_dflash().save_pretrained(folders["dflash"])
+    make_head(tokenizer).save_pretrained(folders["head"])
+    adapted = get_peft_model(DeLSLocalHead.from_pretrained(folders["head"]), LoraConfig(r=2, target_modules=["rank_proj"]))
+    adapted.save_pretrained(folders["adapter"])
+    return folders
+
+
+def unloadable_target(tmp_path) -> Path:
+    """A target folder that fails to load: an error about it means the target was loaded first."""
+    folder = tmp_path / "broken-target"
+    folder.mkdir(exist_ok=True)
+    (folder / "config.json").write_text("{not json")
+    return folder
+
+
+@pytest.mark.parametrize("location, message", [
+    ("upload/no-such-head", "local head 'upload/no-such-head': no such folder 'upload/no-such-head'; 'upload' is a "
+                            "folder here, so this names a local path"),
+    ("./no-such-head", "local head './no-such-head': no such folder"),
+    ("/no/such/head", "no such folder '/no/such/head'; it is not a Hub id"),
+    ("pkg:dels_hub/no-such-head", "no such folder .*dels_hub/no-such-head' \\(from 'pkg:dels_hub/no-such-head'\\)"),
+])
+def test_a_missing_path_is_named_before_the_target_loads(parts, tmp_path, monkeypatch, location, message):
+    monkeypatch.chdir(Path(dels_hub.__file__).parents[1])  # where upload/ is a folder
+    with pytest.raises(Exception) as control:  # with every other part sound, the broken target is what fails
+        DeLSGenerator.from_pretrained(unloadable_target(tmp_path), parts["dflash"], parts["head"])
+    assert not isinstance(control.value, (ModelNotFoundError, DamagedFileError))
+    with pytest.raises(ModelNotFoundError, match=message):
+        DeLSGenerator.from_pretrained(unloadable_target(tmp_path), parts["dflash"], location)
+    with pytest.raises(ModelNotFoundError, match="DFlash drafter '/no/such/drafter': no such folder"):
+        DeLSGenerator.from_pretrained(unloadable_target(tmp_path), "/no/such/drafter", parts["head"])
+    with pytest.raises(ModelNotFoundError, match="target '/no/such/target': no such folder"):
+        DeLSGenerator.from_pretrained("/no/such/target", parts["dflash"], parts["head"])
+    assert model_location("Qwen/Qwen3-8B", "target") == "Qwen/Qwen3-8B"  # a Hub id is left to the Hub
+
+
+@pytest.mark.parametrize("part, what", [("dflash", "DFlash drafter"), ("head", "local head"),
+                                        ("adapter", "adapter")])
+def test_a_truncated_weights_file_is_named(parts, tmp_path, part, what):
+    weights = next(parts[part].glob("*.safetensors"))
+    weights.write_bytes(weights.read_bytes()[:-64])
+    dflash, head = parts["dflash"], (parts["head"] if part != "adapter" else parts["adapter"])
+    with pytest.raises(DamagedFileError, match=f"{re.escape(str(weights))} is damaged"):
+        DeLSGenerator.from_pretrained(unloadable_target(tmp_path), dflash, head)
+
+
+def test_an_adapter_names_its_missing_base(parts):
+    config_path = parts["adapter"] / "adapter_config.json"
+    config = json.loads(config_path.read_text())
+    for base in ("/gone/base-head", "ORG/gone-head-that-is-not/here"):
+        config_path.write_text(json.dumps({**config, "base_model_name_or_path": base}))
+        with pytest.raises(AdapterError, match=f"the adapter's base head '{base}' \\(from {re.escape(str(config_path))}"
+                                               "\\) cannot be found: base head .*no such folder"):
+            load_head(str(parts["adapter"]))
+
+
+def test_an_adapter_finds_its_base_staged_beside_it_by_hub_id(parts, tmp_path, monkeypatch):
+    from dels_hub.hub import write_card
+
+    config_path = parts["adapter"] / "adapter_config.json"
+    config_path.write_text(config_path.read_text().replace(str(parts["head"]), "ORG/head"))
+    monkeypatch.chdir(tmp_path.parent)  # anywhere
+    with pytest.raises(OSError):  # no card says the sibling folder is ORG/head: the Hub is asked, and is offline
+        load_head(str(parts["adapter"]))
+    write_card(parts["head"], repo_id="ORG/head")
+    assert load_head(str(parts["adapter"])).config.vocab_size == make_head(make_tokenizer()).config.vocab_size
+
+
+# -- the command line checks its values when it parses them -------------------------------------------------
+
+
+@pytest.mark.parametrize("flags, message", [
+    (["--max-new-tokens", "0"], "argument --max-new-tokens: expected an integer >= 1, got '0'"),
+    (["--temperature", "-1"], "argument --temperature: expected a temperature >= 0"),
+    (["--top-p", "1.5"], "argument --top-p: expected a value in \\(0, 1\\]"),
+    (["--target-kwargs", "{gguf_file: x}"], "argument --target-kwargs: not valid JSON"),
+    (["--target-kwargs", "[1]"], "argument --target-kwargs: expected a JSON object"),
+    (["--copy-ngram", "-2"], "argument --copy-ngram: expected an integer >= 0"),
+])
+def test_generate_rejects_bad_values_before_loading(capsys, flags, message):
+    from dels_hub.cli import main
+
+    with pytest.raises(SystemExit) as exit_status:  # at parse time, so nothing was loaded
+        main(["generate", "--target", "/no/such/target", "--dflash", "/no/such/drafter", "--prompt", "hi", *flags])
+    assert exit_status.value.code == 2
+    assert re.search(message, capsys.readouterr().err)

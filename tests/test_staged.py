@@ -31,14 +31,14 @@ pytestmark = pytest.mark.skipif(not STAGED, reason="no repo staged under upload/
 
 
 @pytest.fixture
-def at_repo_root(monkeypatch):
-    """The staged adapter names its base head as ``upload/smollm2-dels-head``, relative to the repository root
-    (before publishing it names the base head's Hub id instead: upload/README.md)."""
-    monkeypatch.chdir(UPLOAD_DIR.parent)
+def elsewhere(monkeypatch, tmp_path):
+    """The staged adapter names its base head by Hub id, ``ORG/smollm2-dels-head``, as a published adapter does, and
+    finds it staged beside itself (the sibling folder whose card has that repo_id) from any working directory."""
+    monkeypatch.chdir(tmp_path)
 
 
 @pytest.mark.parametrize("repo", STAGED, ids=lambda path: path.name)
-def test_staged_repo_is_publishable_and_within_budget(repo, at_repo_root):
+def test_staged_repo_is_publishable_and_within_budget(repo, elsewhere):
     report = check_repo(repo)  # a card with metadata, safetensors only, loads strictly with from_pretrained
     assert report["kind"] == KINDS.get(repo, "dflash")
     size = sum(path.stat().st_size for path in repo.iterdir() if path.is_file())
@@ -96,7 +96,7 @@ def test_staged_qwen3_head_is_refused_by_smollm2():
         check_head(smollm2, load_head(str(QWEN3_HEAD)), AutoTokenizer.from_pretrained(directory, **gguf))
 
 
-def test_staged_adapter_is_its_base_head_adapted(at_repo_root):
+def test_staged_adapter_is_its_base_head_adapted(elsewhere):
     """head=ADAPTER loads the base head named in adapter_config.json and merges the code LoRA into it."""
     if not CODE_ADAPTER.is_dir():
         pytest.skip("not staged")

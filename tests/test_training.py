@@ -8,6 +8,7 @@ import json
 import os
 import random
 import re
+import shutil
 import signal
 import subprocess
 import sys
@@ -20,7 +21,14 @@ import torch
 from safetensors import safe_open
 
 from dels_hub import DeLSGenerator, DeLSLocalHead, DFlashDraftModel
-from dels_hub.errors import IncompatibleTokenizerError, RecipeError, TrainingDataError
+from dels_hub.errors import (
+    DamagedFileError,
+    IncompatibleTokenizerError,
+    OutputFolderError,
+    RecipeError,
+    ResumeConfigError,
+    TrainingDataError,
+)
 from dels_hub.families import get_family, tokenizer_fingerprint
 from dels_hub.generation.loading import load_head
 from dels_hub.training import (
@@ -408,6 +416,10 @@ def test_bad_input_fails_before_training(files, trained_head, tmp_path):
     recipe.write_text('kind = "head"\nmax_step = 10\n')
     with pytest.raises(RecipeError, match=r"unknown recipe keys \['max_step'\]"):
         run(train_head_main, add_train_head_arguments, recipe=recipe, data=files["train"], **common)
+    with pytest.raises(RecipeError, match=r"`lr` must be in \(0.0, inf\], got -1.0"):
+        run(train_head_main, add_train_head_arguments, data=files["train"], **{**common, "lr": -1.0})
+    with pytest.raises(RecipeError, match="is for `dels-hub train-dflash` \\(kind = 'dflash'\\), not `dels-hub train-head`"):
+        run(train_head_main, add_train_head_arguments, recipe=ROOT / "recipes" / "smollm2-135m.dflash.toml", **common)
     assert not out.exists()
 
 
@@ -484,3 +496,66 @@ def test_save_dtype_bf16_halves_the_weights_and_keeps_the_prior_exact(files, tra
     prompt = torch.randint(2, 80, (1, 8), generator=torch.Generator().manual_seed(0))
     expected = make_target("llama").generate(prompt, max_new_tokens=16, do_sample=False)
     assert torch.equal(generator.generate(prompt, max_new_tokens=16), expected)
+
+
+# -- an output folder belongs to one run ------------------------------------------------------------------------
+
+
+def snapshot(folder: Path) -> dict[str, bytes]:
+    return {str(p.relative_to(folder)): p.read_bytes() for p in sorted(folder.rglob("*")) if p.is_file()}
+
+
+def tiny_head_run(files, out, **overrides):
+    values = dict(tokenizer=files["target"], data=files["train"], eval_data=files["eval"], output_dir=out,
+                  max_steps=4, **{**SMALL, "save_every": 2, "eval_every": 0, "log_every": 2}, **HEAD_SIZES)
+    return run(train_head_main, add_train_head_arguments, **{**values, **overrides})
+
+
+def test_training_refuses_another_runs_folder_and_keeps_every_file(files, trained_head, tmp_path):
+    staged = tmp_path / "staged"  # a finished model folder, as under upload/: no checkpoints
+    shutil.copytree(trained_head, staged, ignore=shutil.ignore_patterns("checkpoints"))
+    (staged / "README.md").write_text((staged / "README.md").read_text() + "\nA line I wrote.\n")
+    before = snapshot(staged)
+    with pytest.raises(OutputFolderError, match=r"already holds another run's files \['README.md', 'config.json', "
+                                                r"'model.safetensors', 'train_log.jsonl', 'training_config.json'\]"):
+        tiny_head_run(files, staged)
+    assert snapshot(staged) == before  # nothing written, nothing lost
+    tiny_head_run(files, staged, overwrite=True)
+    assert json.loads((staged / "training_config.json").read_text())["max_steps"] == 4
+    assert snapshot(staged)["model.safetensors"] != before["model.safetensors"]  # replaced, as asked
+    assert "A line I wrote." in (staged / "README.md").read_text()  # outside the card's markers: still kept
+
+
+def test_resume_with_another_configuration_names_the_keys(files, trained_head, tmp_path):
+    out = tmp_path / "run"
+    shutil.copytree(trained_head, out)
+    before = snapshot(out)
+    common = dict(tokenizer=files["target"], data=files["train"], eval_data=files["eval"], output_dir=out,
+                  max_steps=40, **SMALL, **HEAD_SIZES)
+    with pytest.raises(ResumeConfigError, match=r"step-00000040.safetensors was trained with another configuration "
+                                                r"\(max_steps: 40 -> 80; lr: 0.01 -> 0.02\)"):
+        run(train_head_main, add_train_head_arguments, **{**common, "max_steps": 80, "lr": 2e-2})
+    with pytest.raises(ResumeConfigError, match=r"hidden_size: 32 -> 48"):  # not a load_state_dict size mismatch
+        run(train_head_main, add_train_head_arguments, **{**common, "hidden_size": 48})
+    with pytest.raises(OutputFolderError, match="--no-resume would train over them"):
+        run(train_head_main, add_train_head_arguments, **common, resume=False)
+    assert snapshot(out) == before
+    # the same configuration resumes (here at its last step: evaluated and saved again), bookkeeping may differ
+    run(train_head_main, add_train_head_arguments, **{**common, "log_every": 5})
+    assert [r["step"] for r in read_log(out) if "loss" in r] == list(range(10, 41, 10))
+
+
+def test_a_damaged_newest_checkpoint_is_named_and_the_previous_one_resumed(files, tmp_path):
+    out = tmp_path / "run"
+    tiny_head_run(files, out)
+    newest, previous = latest_checkpoint(out), sorted((out / "checkpoints").glob("*.safetensors"))[0]
+    assert (newest.name, previous.name) == ("step-00000004.safetensors", "step-00000002.safetensors")
+    newest.write_bytes(newest.read_bytes()[:-100])  # cut short, as by a full disk on another tool
+    with pytest.warns(UserWarning, match=f"skipping a damaged checkpoint: {re.escape(str(newest))} is damaged"):
+        tiny_head_run(files, out)
+    assert [r["step"] for r in read_log(out) if "loss" in r] == [2, 4]  # step 4 redone from step 2, logged once
+    assert safe_open(str(newest), framework="pt").metadata()  # rewritten whole
+    for path in (out / "checkpoints").glob("*.safetensors"):
+        path.write_bytes(b"garbage")
+    with pytest.raises(DamagedFileError, match="every checkpoint in .* is damaged"):
+        tiny_head_run(files, out)

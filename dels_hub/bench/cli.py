@@ -6,7 +6,7 @@ import sys
 from ..copy_expert import DEFAULT_GAMMA
 from ..errors import DeLSError
 from .prompts import DATASET_NAMES
-from .runner import load_json_kwargs, run_bench
+from .runner import PEERS, load_json_kwargs, run_bench
 
 
 def add_bench_arguments(parser: argparse.ArgumentParser) -> argparse.ArgumentParser:
@@ -68,12 +68,11 @@ def add_bench_arguments(parser: argparse.ArgumentParser) -> argparse.ArgumentPar
         metavar="DIR",
         help="where results.json, results.md, samples.jsonl and the PNGs go (default: bench-out)",
     )
-    parser.add_argument(
-        "--no-peers",
-        dest="peers",
-        action="store_false",
-        help="skip the transformers rows (prompt lookup, transformers DFlash) to save time",
-    )
+    peers = parser.add_mutually_exclusive_group()
+    peers.add_argument("--peers", nargs="+", choices=PEERS, default=list(PEERS), metavar="PEER",
+                       help=f"the transformers rows to run, some of {', '.join(PEERS)} (default: all)")
+    peers.add_argument("--no-peers", dest="peers", action="store_const", const=[],
+                       help="skip the transformers rows (prompt lookup, transformers DFlash) to save time")
     parser.add_argument(
         "--score",
         action="store_true",
@@ -121,5 +120,5 @@ def _run(args: argparse.Namespace) -> dict:
         seed=args.seed,
         out=args.out,
         score=args.score,
-        peers=args.peers,
+        peers=tuple(args.peers),
     )

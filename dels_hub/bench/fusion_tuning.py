@@ -21,6 +21,7 @@ from tqdm.auto import tqdm
 
 from ..copy_expert import DEFAULT_GAMMA, CopyChain, CopySettings
 from ..errors import BenchArgumentError
+from ..files import save_pretrained_atomic, write_text_atomic
 from ..fusion import fusion_weights
 from ..generation.drafting import context_features, propose
 from ..sampling import Warping
@@ -196,10 +197,9 @@ def tune_fusion_main(args: argparse.Namespace) -> int:
         print(f"{fusion} {ngram:<6d} {gamma:<10g}  " + "  ".join(f"{taus[n]:.3f}" for n in args.dflash))
     (best_alpha, best_beta, best_ngram, best_gamma), _ = ranked[0]
     if args.json:
-        with open(args.json, "w") as handle:
-            best = {"alpha": best_alpha, "beta": best_beta, "copy_ngram": best_ngram, "copy_gamma": best_gamma}
-            json.dump({"sequences": len(sequences), "max_new_tokens": args.max_new_tokens, "seed": args.seed,
-                       "best": best, "grids": grids}, handle, indent=1)
+        best = {"alpha": best_alpha, "beta": best_beta, "copy_ngram": best_ngram, "copy_gamma": best_gamma}
+        write_text_atomic(args.json, json.dumps({"sequences": len(sequences), "max_new_tokens": args.max_new_tokens,
+                                                 "seed": args.seed, "best": best, "grids": grids}, indent=1))
     if best_ngram:
         print(f"best copy expert: --copy-ngram {best_ngram} --copy-gamma {best_gamma:g} (decoding settings of "
               "generate and bench)", file=sys.stderr)
@@ -208,6 +208,6 @@ def tune_fusion_main(args: argparse.Namespace) -> int:
 
         config = DeLSLocalHeadConfig.from_pretrained(args.head)
         config.alpha, config.beta = best_alpha, best_beta
-        config.save_pretrained(args.head)
+        save_pretrained_atomic(config, args.head)
         print(f"wrote alpha={best_alpha}, beta={best_beta} to {args.head}/config.json", file=sys.stderr)
     return 0

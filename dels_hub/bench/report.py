@@ -5,19 +5,14 @@ touched. Every file is written to a temporary name first and moved into place (`
 """
 
 import json
-import os
 from pathlib import Path
+
+from ..files import replaced_atomically, write_text_atomic
 
 TABLE_COLUMNS = (
     "Row", "tau (95% CI)", "TPOT ms", "tokens/s", "Speedup", "Paired speedup (median, min-max)", "TTFT ms",
     "Peak MiB", "Greedy = target",
 )  # fmt: skip
-
-
-def _atomic_write(path: Path, write) -> None:
-    tmp = path.with_name(f".{path.name}.tmp")
-    write(tmp)
-    os.replace(tmp, path)
 
 
 def _fmt(value, pattern: str, missing: str = "-") -> str:
@@ -167,7 +162,8 @@ def plot_histograms(results: dict, path: Path) -> None:
     axes[0].set_ylabel("share of verify steps")
     if not rows:
         axes[0].text(0.5, 0.5, "no speculative rows", ha="center", va="center", transform=axes[0].transAxes)
-    _atomic_write(path, lambda tmp: figure.savefig(tmp, dpi=120, format="png"))
+    with replaced_atomically(path) as temporary:
+        figure.savefig(temporary, dpi=120, format="png")
 
 
 def plot_profile(results: dict, path: Path) -> None:
@@ -192,7 +188,8 @@ def plot_profile(results: dict, path: Path) -> None:
     axis.set_title(f"Per-position acceptance · {results['settings']['dataset']}", fontsize=10)
     if axis.get_legend_handles_labels()[0]:
         axis.legend(fontsize=8)
-    _atomic_write(path, lambda tmp: figure.savefig(tmp, dpi=120, format="png"))
+    with replaced_atomically(path) as temporary:
+        figure.savefig(temporary, dpi=120, format="png")
 
 
 def write_report(results: dict, runs: dict, prompts, out) -> dict:
@@ -210,15 +207,11 @@ def write_report(results: dict, runs: dict, prompts, out) -> dict:
     plot_histograms(results, files["acceptance_histogram"])
     plot_profile(results, files["acceptance_profile"])
 
-    def samples(tmp):
-        with open(tmp, "w", encoding="utf-8") as handle:
-            for name, row_runs in runs.items():
-                for prompt, run in zip(prompts, row_runs):
-                    record = {"row": name, "prompt": prompt.id, "turns": run.texts, "tokens": run.tokens}
-                    handle.write(json.dumps(record, ensure_ascii=False) + "\n")
-
-    _atomic_write(files["samples"], samples)
-    _atomic_write(files["markdown"], lambda tmp: Path(tmp).write_text(markdown_table(results), encoding="utf-8"))
-    text = json.dumps(results, indent=2, default=str)
-    _atomic_write(files["results_json"], lambda tmp: Path(tmp).write_text(text, encoding="utf-8"))
+    with replaced_atomically(files["samples"]) as temporary, open(temporary, "w", encoding="utf-8") as handle:
+        for name, row_runs in runs.items():
+            for prompt, run in zip(prompts, row_runs):
+                record = {"row": name, "prompt": prompt.id, "turns": run.texts, "tokens": run.tokens}
+                handle.write(json.dumps(record, ensure_ascii=False) + "\n")
+    write_text_atomic(files["markdown"], markdown_table(results))
+    write_text_atomic(files["results_json"], json.dumps(results, indent=2, default=str))
     return results["files"]

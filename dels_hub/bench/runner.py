@@ -21,6 +21,7 @@ from ..copy_expert import DEFAULT_GAMMA, CopySettings
 from ..errors import BenchArgumentError, BlockSizeError
 from ..generation import DeLSGenerator
 from ..generation.loading import load_dflash, load_head
+from ..locations import model_location
 from . import stats
 from .environment import PeakMemory, load_average, machine, versions
 from .peers import (
@@ -34,6 +35,7 @@ from .prompts import Prompt, check_dataset_name, load_prompts
 from .rows import LoopRow, Row, Sample, Sampling, plain_decoding_row
 
 logger = logging.getLogger(__name__)
+PEERS = ("prompt-lookup", "dflash")  # the transformers rows: assisted decoding by prompt lookup, and its DFlash
 
 BASELINE = "target (loop, b=1)"  # speedups are over plain decoding through the same loop (DFlash's baseline)
 REFERENCE = "target.generate"  # greedy tokens must equal transformers' own greedy decoding
@@ -67,7 +69,7 @@ class BenchSettings:
     target_kwargs: dict = field(default_factory=dict)
     tokenizer: object = None
     device: str | None = None
-    peers: bool = True
+    peers: bool | tuple = True  # True: every peer in PEERS, False: none, or a selection of PEERS' names
     warmup: bool = True
     progress: bool = True
 
@@ -87,6 +89,9 @@ class BenchSettings:
             if not ok:
                 raise BenchArgumentError(message)
         CopySettings(self.copy_ngram, self.copy_gamma)  # FusionScheduleError names a bad value
+        unknown = [name for name in self.peer_names if name not in PEERS]
+        if unknown:
+            raise BenchArgumentError(f"unknown peers {unknown}; expected some of {list(PEERS)}")
         if self.score:
             if self.dataset != "humaneval":
                 raise BenchArgumentError(f"--score measures HumanEval pass@1; dataset is {self.dataset!r}")
@@ -101,6 +106,15 @@ class BenchSettings:
             raise BenchArgumentError(
                 f"dflash must be one or more drafters (paths, Hub ids or models), got {self.dflash!r}"
             )
+        # a path that does not exist is named now, not after the target has loaded
+        parts = [(self.target, "target")] + [(d, "DFlash drafter") for d in self.drafters]
+        for location, what in parts + [(h, "local head") for h in self.heads or []]:
+            if isinstance(location, (str, os.PathLike)):
+                model_location(location, what)
+
+    @property
+    def peer_names(self) -> tuple:
+        return PEERS if self.peers is True else () if self.peers is False else tuple(self.peers)
 
     @property
     def drafters(self) -> list:
@@ -194,19 +208,21 @@ def build_rows(
             first_head_row = first_head_row or row
             rows.append(row)
             rows += copy_rows(settings, row, fused)
-    skipped = []
-    if not settings.peers:
-        return rows, [{"row": "transformers peers", "reason": "disabled (peers=False)"}]
-    reason = supports_prompt_lookup()
-    if reason is None:
-        rows.append(prompt_lookup_row(target, block_size, pad))
-    else:
-        skipped.append({"row": "transformers prompt-lookup", "reason": reason})
-    reason = supports_transformers_dflash()
-    if reason is None:
-        rows.append(transformers_dflash_row(target, drafter, block_size, pad))
-    else:
-        skipped.append({"row": "transformers DFlash", "reason": reason})
+    wanted = settings.peer_names
+    skipped = [{"row": f"transformers {name}", "reason": "not asked for (peers)"}
+               for name in PEERS if name not in wanted]
+    if "prompt-lookup" in wanted:
+        reason = supports_prompt_lookup()
+        if reason is None:
+            rows.append(prompt_lookup_row(target, block_size, pad))
+        else:
+            skipped.append({"row": "transformers prompt-lookup", "reason": reason})
+    if "dflash" in wanted:
+        reason = supports_transformers_dflash()
+        if reason is None:
+            rows.append(transformers_dflash_row(target, drafter, block_size, pad))
+        else:
+            skipped.append({"row": "transformers DFlash", "reason": reason})
     return rows, skipped
 
 

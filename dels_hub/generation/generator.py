@@ -1,6 +1,8 @@
 """``DeLSGenerator``: pair a target, a DFlash drafter and (optionally) a local head; generate losslessly."""
 
 import copy
+import numbers
+import os
 
 import torch
 from transformers import GenerationConfig
@@ -9,6 +11,7 @@ from ..checks import check_compatibility
 from ..copy_expert import DEFAULT_GAMMA, CopySettings
 from ..errors import BlockSizeError, DtypeMismatchError, GenerationArgumentError, UnsupportedInputError
 from ..fusion import fusion_weights
+from ..locations import model_location
 from ..sampling import Warping
 from .fast_loop import fast_path_supported, fast_speculative_decode
 from .loading import load_dflash, load_head, load_target, load_tokenizer
@@ -18,6 +21,10 @@ from .output import DeLSGenerateOutput
 # transformers' own defaults for fields a generation config leaves unset (GenerationConfig
 # ._get_default_generation_params); ours must be the same for the drop-in to sample the same distribution.
 GENERATION_DEFAULTS = {"max_length": 20, "do_sample": False, "temperature": 1.0, "top_k": 50, "top_p": 1.0}
+# Types of the fields the loop reads (transformers does not check them; a string would fail deep inside).
+INTEGER, NUMBER, FLAG = (numbers.Integral, "an integer"), (numbers.Real, "a number"), (bool, "True or False")
+GENERATION_TYPES = {"max_new_tokens": INTEGER, "max_length": INTEGER, "top_k": INTEGER, "temperature": NUMBER,
+                    "top_p": NUMBER, "do_sample": FLAG}
 # Logits processors the loop does not apply: a non-default value would change the target's distribution.
 UNSUPPORTED = {
     "num_beams": 1,
@@ -98,13 +105,17 @@ class DeLSGenerator:
             tokenizer: needed with a head when the target is an in-memory model.
             alpha, beta, pure_prefix_len, copy_ngram, copy_gamma: decoding settings, as in ``DeLSGenerator``.
         """
+        if isinstance(target, (str, os.PathLike)):
+            target = model_location(target, "target")  # a bad path fails before anything loads
+        # The small parts first: a missing or damaged drafter or head fails before the target is loaded.
+        drafter = load_dflash(dflash, dtype)
+        head = load_head(head, dtype)
         tokenizer = load_tokenizer(target, tokenizer, **target_kwargs)
         target = load_target(target, dtype, **target_kwargs)
         if device is not None:
             target = target.to(device)
         place = {"device": target.device, "dtype": target.dtype}
-        drafter = load_dflash(dflash, dtype).to(**place)
-        head = load_head(head, dtype)
+        drafter = drafter.to(**place)
         if head is not None:
             head = head.to(**place)
         return cls(target, drafter, head, tokenizer, alpha=alpha, beta=beta, pure_prefix_len=pure_prefix_len,
@@ -215,12 +226,21 @@ class DeLSGenerator:
             )
         if input_ids.shape[1] == 0:
             raise UnsupportedInputError("input_ids is empty; the prompt needs at least one token")
+        if input_ids.dtype.is_floating_point or input_ids.dtype.is_complex or input_ids.dtype == torch.bool:
+            raise UnsupportedInputError(f"input_ids must hold integer token ids (torch.long), got {input_ids.dtype}")
+        rows = self.target.get_input_embeddings().weight.shape[0]
+        low, high = int(input_ids.min()), int(input_ids.max())
+        if low < 0 or high >= rows:
+            bad = low if low < 0 else high
+            raise UnsupportedInputError(f"input_ids holds token id {bad}, outside the target's embedding rows "
+                                        f"0..{rows - 1}")
         if attention_mask is not None and not bool(torch.as_tensor(attention_mask).all()):
             raise UnsupportedInputError("attention_mask has padding (zeros); pass the unpadded prompt of batch size 1")
         return input_ids.to(self.device)
 
     def _merge_generation_config(self, generation_config, kwargs) -> GenerationConfig:
         config = copy.deepcopy(generation_config or self.target.generation_config or GenerationConfig())
+        _check_types(kwargs)  # before transformers' own validation compares them
         try:
             unused = config.update(**kwargs)
         except ValueError as error:  # transformers' own validation, e.g. max_new_tokens=0
@@ -230,6 +250,7 @@ class DeLSGenerator:
         for name, default in GENERATION_DEFAULTS.items():
             if getattr(config, name, None) is None:
                 setattr(config, name, default)
+        _check_types({name: getattr(config, name, None) for name in GENERATION_TYPES})
         for name, neutral in UNSUPPORTED.items():
             value = getattr(config, name, neutral)
             if value is not None and value != neutral:
@@ -270,6 +291,8 @@ class DeLSGenerator:
     def _block_size(self, block_size: int | None) -> int:
         if block_size is None:
             return self.block_size
+        if isinstance(block_size, bool) or not isinstance(block_size, numbers.Integral):
+            raise BlockSizeError(f"block_size must be an integer, got {block_size!r} ({type(block_size).__name__})")
         if not 1 <= block_size <= self.block_size:
             raise BlockSizeError(
                 f"block_size {block_size} is outside 1..{self.block_size} (the drafter was trained for "
@@ -280,3 +303,12 @@ class DeLSGenerator:
     def _stop_ids(self, eos_token_id) -> torch.Tensor:
         ids = [] if eos_token_id is None else [eos_token_id] if isinstance(eos_token_id, int) else list(eos_token_id)
         return torch.tensor(ids, dtype=torch.long, device=self.device)
+
+
+def _check_types(values: dict) -> None:
+    """The generation fields the loop reads must have their types; transformers does not check them, and a string
+    ``max_new_tokens`` would fail deep inside."""
+    for name, (kind, expected) in GENERATION_TYPES.items():
+        value = values.get(name)
+        if value is not None and (isinstance(value, bool) != (kind is bool) or not isinstance(value, kind)):
+            raise GenerationArgumentError(f"{name} must be {expected}, got {value!r} ({type(value).__name__})")

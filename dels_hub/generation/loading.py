@@ -1,20 +1,28 @@
-"""Resolve the three parts from Hub ids, local paths or loaded models; weights load strictly."""
+"""Resolve the three parts from Hub ids, local paths or loaded models; weights load strictly.
+
+Every location is checked before anything loads (``locations.model_location``): a local path that does not exist
+is named as such, and a damaged safetensors file is named by its path.
+"""
 
 import json
 import os
+from pathlib import Path
 
 import torch
 from transformers import AutoModelForCausalLM, AutoTokenizer
 from transformers.utils import find_adapter_config_file
 
 from ..dflash import DFlashDraftModel
-from ..errors import AdapterError, CheckpointKeysError
+from ..errors import AdapterError, CheckpointKeysError, ModelNotFoundError
+from ..files import check_safetensors_folder
 from ..heads import DeLSLocalHead
-from ..locations import resolve_location
+from ..locations import model_location
 
 
 def load_strict(model_class, source: str, what: str, **kwargs):
     """``from_pretrained`` that fails on any missing, unexpected or mis-shaped weight, naming the keys."""
+    if Path(source).is_dir():
+        check_safetensors_folder(source)
     model, info = model_class.from_pretrained(source, output_loading_info=True, **kwargs)
     problems = {
         name: sorted(info.get(name) or [])
@@ -29,22 +37,25 @@ def load_strict(model_class, source: str, what: str, **kwargs):
 
 def load_target(target, dtype=None, **kwargs):
     if isinstance(target, (str, os.PathLike)):
-        return AutoModelForCausalLM.from_pretrained(resolve_location(str(target)), dtype=dtype or "auto", **kwargs)
+        location = model_location(target, "target")
+        if Path(location).is_dir():
+            check_safetensors_folder(location)
+        return AutoModelForCausalLM.from_pretrained(location, dtype=dtype or "auto", **kwargs)
     return target
 
 
 def load_dflash(dflash, dtype=None):
     if isinstance(dflash, (str, os.PathLike)):
-        return load_strict(DFlashDraftModel, resolve_location(str(dflash)), "DFlash", dtype=dtype or "auto")
+        return load_strict(DFlashDraftModel, model_location(dflash, "DFlash drafter"), "DFlash", dtype=dtype or "auto")
     return dflash
 
 
 def load_head(head, dtype=None):
     """A head repo, or a PEFT adapter repo over one: the base head named by its ``base_model_name_or_path``
-    is loaded strictly and the adapter merged in, so the loop runs a plain head."""
+    (see ``adapter_base``) is loaded strictly and the adapter merged in, so the loop runs a plain head."""
     if head is None or not isinstance(head, (str, os.PathLike)):
         return head
-    dtype, head = dtype or torch.float32, resolve_location(str(head))
+    dtype, head = dtype or torch.float32, model_location(head, "local head")
     adapter_config = find_adapter_config_file(head)
     if adapter_config is None:
         return load_strict(DeLSLocalHead, head, "local head", dtype=dtype)
@@ -53,18 +64,47 @@ def load_head(head, dtype=None):
     base = json.loads(open(adapter_config, encoding="utf-8").read()).get("base_model_name_or_path")
     if not base:
         raise AdapterError(f"adapter {head!r} has no base_model_name_or_path (the base head's id or path)")
-    base_head = load_strict(DeLSLocalHead, resolve_location(base), f"base head of adapter {head!r}", dtype=dtype)
+    try:
+        base_location = adapter_base(base, head)
+    except ModelNotFoundError as error:
+        raise AdapterError(
+            f"the adapter's base head {base!r} (from {adapter_config}) cannot be found: {error}"
+        ) from None
+    base_head = load_strict(DeLSLocalHead, base_location, f"base head of adapter {head!r}", dtype=dtype)
+    if Path(head).is_dir():
+        check_safetensors_folder(head)
     try:
         return PeftModel.from_pretrained(base_head, head).merge_and_unload()
     except (KeyError, RuntimeError, ValueError) as error:
         raise AdapterError(f"adapter {head!r} does not apply to its base head {base!r}: {error}") from error
 
 
+def staged_repo_id(folder) -> str | None:
+    """The Hub id a staged repo's card says it is published as (``dels_hub.repo_id`` in README.md), if any."""
+    card = Path(folder) / "README.md"
+    if not card.is_file():
+        return None
+    from huggingface_hub import ModelCard
+
+    return ((ModelCard.load(card).data.to_dict() or {}).get("dels_hub") or {}).get("repo_id")
+
+
+def adapter_base(base: str, adapter) -> str:
+    """Where an adapter's base head loads from. An adapter names its base as a published one does: by Hub id,
+    ``ORG/NAME``. A staged adapter (``upload/NAME-lora``) finds that base staged beside it: a sibling folder
+    ``NAME`` whose card says ``repo_id: ORG/NAME`` is used instead of the Hub. Any other base is an ordinary
+    location (a local path or a Hub id)."""
+    sibling = Path(adapter).parent / base.rsplit("/", 1)[-1]
+    if Path(adapter).is_dir() and base.count("/") == 1 and sibling.is_dir() and staged_repo_id(sibling) == base:
+        return str(sibling)
+    return model_location(base, "base head")
+
+
 def load_tokenizer(target, tokenizer, **target_kwargs):
     """The tokenizer given, else the one stored with the target (path or Hub id), else None."""
     if tokenizer is None and isinstance(target, (str, os.PathLike)):
         extra = {key: target_kwargs[key] for key in ("gguf_file", "revision", "subfolder") if key in target_kwargs}
-        return AutoTokenizer.from_pretrained(resolve_location(str(target)), **extra)
+        return AutoTokenizer.from_pretrained(model_location(target, "target"), **extra)
     if isinstance(tokenizer, (str, os.PathLike)):
-        return AutoTokenizer.from_pretrained(resolve_location(str(tokenizer)))
+        return AutoTokenizer.from_pretrained(model_location(tokenizer, "tokenizer"))
     return tokenizer

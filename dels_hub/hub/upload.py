@@ -14,7 +14,7 @@ from huggingface_hub import ModelCard
 from huggingface_hub.utils import filter_repo_objects
 
 from ..errors import RepoCardError, RepoCheckError
-from .card import repo_kind
+from .card import PLACEHOLDER_ORG, repo_kind
 
 PICKLE_SUFFIXES = (".bin", ".pt", ".pth", ".pkl", ".pickle", ".ckpt")
 # Training leftovers that are not part of a model repo (resumable states live under checkpoints/).
@@ -36,15 +36,8 @@ def _load(repo_dir: Path, kind: str) -> None:
             load_head(str(repo_dir))
         elif kind == "dflash":
             load_dflash(str(repo_dir))
-        else:
-            from peft import PeftConfig, PeftModel
-
-            base = PeftConfig.from_pretrained(str(repo_dir)).base_model_name_or_path
-            if not base:
-                raise RepoCheckError(f"{repo_dir}/adapter_config.json has no base_model_name_or_path")
-            PeftModel.from_pretrained(load_head(base), str(repo_dir))
-    except RepoCheckError:
-        raise
+        else:  # the base head as users will find it: by Hub id, or staged beside the adapter
+            load_head(str(repo_dir))
     except Exception as error:  # any loading failure blocks the upload; the cause is kept in the message
         raise RepoCheckError(f"{repo_dir} does not load as a {kind}: {type(error).__name__}: {error}") from error
 
@@ -75,8 +68,34 @@ def check_repo(repo_dir, ignore_patterns: list[str] | None = None) -> dict:
     weights = [name for name in files if name.endswith(".safetensors")]
     if not weights:
         raise RepoCheckError(f"{repo_dir} has no .safetensors weights")
+    if kind == "adapter":
+        _check_adapter_base(repo_dir)
     _load(repo_dir, kind)
     return {"kind": kind, "files": files, "card": card_data, "ignore_patterns": ignore}
+
+
+def adapter_base_name(repo_dir: Path) -> str:
+    return json.loads((Path(repo_dir) / "adapter_config.json").read_text()).get("base_model_name_or_path") or ""
+
+
+def _check_adapter_base(repo_dir: Path) -> None:
+    """A published adapter must name its base head by Hub id: a local path means nothing to anyone else."""
+    from huggingface_hub.utils import HFValidationError, validate_repo_id
+
+    base = adapter_base_name(repo_dir)
+    if not base:
+        raise RepoCheckError(f"{repo_dir}/adapter_config.json has no base_model_name_or_path")
+    try:
+        validate_repo_id(base)
+        local = base.count("/") != 1 or Path(base).exists() or Path(base).parent.is_dir()
+    except HFValidationError:
+        local = True
+    if local:
+        raise RepoCheckError(
+            f"{repo_dir}/adapter_config.json names its base head by the local path {base!r}, which means nothing "
+            "on the Hub: publish the base head, then set base_model_name_or_path to its Hub id ORG/NAME (a base "
+            "staged beside the adapter, in a folder NAME whose card has repo_id ORG/NAME, is found there)"
+        )
 
 
 def upload_repo(
@@ -100,6 +119,11 @@ def upload_repo(
     report["repo_id"] = repo_id
     if dry_run:
         return report
+    if report["kind"] == "adapter" and adapter_base_name(repo_dir).startswith(PLACEHOLDER_ORG):
+        raise RepoCheckError(
+            f"{repo_dir}/adapter_config.json names its base head {adapter_base_name(repo_dir)!r}, a placeholder: set "
+            "base_model_name_or_path to the Hub id the base head is published as"
+        )
     from huggingface_hub import HfApi
 
     api = HfApi()

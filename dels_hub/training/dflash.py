@@ -23,8 +23,9 @@ from transformers import AutoModelForCausalLM, AutoTokenizer
 from ..checks import check_dflash
 from ..dflash import DFlashConfig, DFlashDraftModel, build_target_layer_ids
 from ..errors import RecipeError
+from ..files import save_pretrained_atomic, write_text_atomic
 from ..generation.drafting import context_features
-from ..locations import resolve_location
+from ..locations import model_location
 from .card import write_dflash_card
 from .data import Example, gather_blocks, load_examples, sample_anchors, slot_weights
 from .labels import target_blocks
@@ -32,7 +33,8 @@ from .loop import for_saving
 from .losses import supervised_block_loss
 from .masks import attention_mask_for, context_mask, dflash_mask
 from .peek import peeked_forward, reveal_ratios, sample_reveals
-from .recipe import DFlashTrainConfig, add_config_arguments, config_dict, resolve_config
+from .recipe import DFlashTrainConfig, add_config_arguments, resolve_config
+from .run_folder import claim_output_folder
 
 LENS_BLOCKS = 64  # blocks per step whose intermediate layers are read through the LM head (peek accuracy)
 
@@ -120,7 +122,7 @@ class FeatureCache:
                 raise RecipeError(f"feature_cache {folder!r} was filled for {stored}, not {signature}; "
                                   "use another folder or empty it")
         else:
-            meta.write_text(json.dumps(signature, indent=2))
+            write_text_atomic(meta, json.dumps(signature, indent=2))
 
     def path(self, ids: torch.Tensor) -> Path:
         return self.folder / (hashlib.sha1(ids.numpy().tobytes()).hexdigest() + ".safetensors")
@@ -265,8 +267,7 @@ class DFlashTask:
         self.accuracy = state.get("accuracy", self.accuracy)
 
     def save(self, out: Path, config: DFlashTrainConfig, last_eval: dict) -> None:
-        for_saving(self.drafter, config.save_dtype).save_pretrained(out)
-        (out / "training_config.json").write_text(json.dumps(config_dict(config), indent=2) + "\n")
+        save_pretrained_atomic(for_saving(self.drafter, config.save_dtype), out)
         write_dflash_card(out, self.drafter.config, config, last_eval)
 
 
@@ -274,7 +275,7 @@ class DFlashTask:
 
 
 def load_target_and_tokenizer(config: DFlashTrainConfig, dtype: torch.dtype):
-    location = resolve_location(config.target)
+    location = model_location(config.target, "target")
     kwargs = {"gguf_file": config.gguf_file} if config.gguf_file else {}
     tokenizer = AutoTokenizer.from_pretrained(location, **kwargs)
     target = AutoModelForCausalLM.from_pretrained(location, dtype=dtype, **kwargs)
@@ -350,6 +351,7 @@ def train_dflash_main(args) -> dict:
     from .loop import train
 
     config = resolve_config(DFlashTrainConfig, args)
+    checkpoint = claim_output_folder(config)  # refuses another run's folder before anything loads
     accelerator = Accelerator()
     dtype = torch.bfloat16 if config.precision == "bf16" else torch.float32
     target, tokenizer = load_target_and_tokenizer(config, dtype)
@@ -360,4 +362,4 @@ def train_dflash_main(args) -> dict:
     if config.init_from:
         drafter = continued_drafter(config, drafter)
     task = DFlashTask(config, target, drafter, train_examples, held_out, accelerator.device)
-    return train(config, task, accelerator)
+    return train(config, task, accelerator, checkpoint)

@@ -7,7 +7,6 @@ same training sequences (assistant tokens under the loss mask; every token for p
 the head's ``unigram_counts`` buffer. ``lora_rank > 0`` fine-tunes ``init_from`` with PEFT LoRA.
 """
 
-import json
 from pathlib import Path
 
 import torch
@@ -16,13 +15,16 @@ from transformers import AutoTokenizer
 
 from ..errors import IncompatibleTokenizerError, RecipeError
 from ..families import get_family, tokenizer_fingerprint
+from ..files import save_pretrained_atomic
+from ..generation.loading import load_strict
 from ..heads import DeLSLocalHead, DeLSLocalHeadConfig
-from ..locations import resolve_location
+from ..locations import model_location
 from .card import write_head_card
 from .data import Example, gather_blocks, load_examples, sample_anchors, slot_weights, unigram_counts
 from .loop import for_saving
 from .losses import block_loss
-from .recipe import HeadTrainConfig, add_config_arguments, config_dict, resolve_config
+from .recipe import HeadTrainConfig, add_config_arguments, resolve_config
+from .run_folder import claim_output_folder
 
 
 class HeadObjective(nn.Module):
@@ -78,13 +80,12 @@ class HeadTask:
 
     def save(self, out: Path, config: HeadTrainConfig, last_eval: dict) -> None:
         """The head (LoRA merged in, so it loads anywhere) with ``save_pretrained``, the adapter alone under
-        ``adapter/``, the recipe snapshot and a model card."""
+        ``adapter/`` and a model card (the recipe snapshot was written when training started)."""
         head = self.head
         if config.lora_rank:
-            head.save_pretrained(out / "adapter")
+            save_pretrained_atomic(head, out / "adapter")
             head = head.merge_and_unload()
-        for_saving(head, config.save_dtype).save_pretrained(out)
-        (out / "training_config.json").write_text(json.dumps(config_dict(config), indent=2) + "\n")
+        save_pretrained_atomic(for_saving(head, config.save_dtype), out)
         write_head_card(out, head, config, last_eval)
 
 
@@ -100,7 +101,8 @@ def build_head(config: HeadTrainConfig, tokenizer, train_examples: list[Example]
         "pure_prefix_len": config.pure_prefix_len,
     }
     if config.init_from:
-        head = DeLSLocalHead.from_pretrained(resolve_location(config.init_from), dtype=torch.float32)
+        head = load_strict(DeLSLocalHead, model_location(config.init_from, "init_from head"), "init_from head",
+                           dtype=torch.float32)
         expected = head.config.tokenizer_fingerprint or {}
         if (expected.get("vocab_size"), expected.get("sha256")) != (fingerprint["vocab_size"], fingerprint["sha256"]):
             raise IncompatibleTokenizerError(
@@ -148,7 +150,7 @@ def load_tokenizer(location: str, gguf_file: str = ""):
             return get_family(location[len(FAMILY_PREFIX):]).build_tokenizer()
         except (KeyError, FileNotFoundError) as error:
             raise RecipeError(f"tokenizer {location!r}: {error.args[0]}") from error
-    location = resolve_location(location)
+    location = model_location(location, "tokenizer")
     kwargs = {"gguf_file": gguf_file} if gguf_file else {}
     return AutoTokenizer.from_pretrained(location, **kwargs)
 
@@ -168,10 +170,11 @@ def train_head_main(args) -> dict:
     from .loop import train
 
     config = resolve_config(HeadTrainConfig, args)
+    checkpoint = claim_output_folder(config)  # refuses another run's folder before anything loads
     accelerator = Accelerator()
     tokenizer = load_tokenizer(config.tokenizer, config.gguf_file)
     train_examples, held_out = load_examples(config, tokenizer)
     torch.manual_seed(config.seed)
     head = build_head(config, tokenizer, train_examples)
     task = HeadTask(config, tokenizer, head, train_examples, held_out, accelerator.device)
-    return train(config, task, accelerator)
+    return train(config, task, accelerator, checkpoint)

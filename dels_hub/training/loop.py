@@ -5,6 +5,9 @@ the final save; this loop owns everything else: seeding, the optimizer and its c
 accumulation, ``accelerate`` (several processes, bf16 autocast), the tqdm bar, periodic evaluation of
 per-position accuracy, and resumable checkpoints.
 
+What the run may do with its output folder (resume, refuse, overwrite) is decided before anything loads, by
+``run_folder.claim_output_folder``; ``train`` is given the checkpoint it chose.
+
 Resumption is exact: a step's batch is a pure function of (seed, step, micro-step, rank) (see
 ``data.batch_indices``), so restoring the weights, the optimizer and the task state of step s and running
 on yields the same model as a run that was never interrupted, with no step lost or repeated.
@@ -14,21 +17,22 @@ import contextlib
 import json
 import math
 import os
+import shutil
 import time
 from copy import deepcopy
 from pathlib import Path
 
 import torch
-from safetensors import safe_open
+from safetensors import SafetensorError, safe_open
 from safetensors.torch import save_file
 from tqdm.auto import tqdm
 
+from ..errors import DamagedFileError
+from ..files import write_text_atomic
 from .data import batch_indices, step_generator
 from .losses import implied_tau
 from .recipe import config_dict
-
-CHECKPOINTS = "checkpoints"
-LOG_FILE = "train_log.jsonl"
+from .run_folder import CHECKPOINTS, CONFIG_FILE, LOG_FILE, checkpoints
 
 
 def learning_rate(step: int, config) -> float:
@@ -49,8 +53,9 @@ def autocast(config, accelerator):
     return torch.autocast(accelerator.device.type, dtype=torch.bfloat16, enabled=config.precision == "bf16")
 
 
-def train(config, task, accelerator) -> dict:
-    """Run ``task`` to ``config.max_steps`` optimizer steps; returns the last evaluation."""
+def train(config, task, accelerator, checkpoint: Path | None = None) -> dict:
+    """Run ``task`` to ``config.max_steps`` optimizer steps, from ``checkpoint`` if given (chosen by
+    ``claim_output_folder``); returns the last evaluation."""
     out = Path(config.output_dir)
     main = accelerator.is_main_process
     rank, world = accelerator.process_index, accelerator.num_processes
@@ -58,7 +63,6 @@ def train(config, task, accelerator) -> dict:
     params = [p for p in task.model.parameters() if p.requires_grad]
     optimizer = torch.optim.AdamW(params, lr=config.lr, betas=(0.9, 0.95), weight_decay=config.weight_decay)
     step, tokens_before = 0, 0
-    checkpoint = latest_checkpoint(out) if config.resume else None
     if checkpoint is not None:
         state = read_checkpoint(checkpoint)
         task.trainable.load_state_dict(state["model"])
@@ -67,6 +71,10 @@ def train(config, task, accelerator) -> dict:
         step, tokens_before = state["step"], state["tokens_seen"]
     if main:
         out.mkdir(parents=True, exist_ok=True)
+        if config.overwrite:  # asked for: the previous run's checkpoints must not be resumed or pruned into this one
+            shutil.rmtree(out / CHECKPOINTS, ignore_errors=True)
+        # the folder names its run from the first step on (claim_output_folder reads it)
+        write_text_atomic(out / CONFIG_FILE, json.dumps(config_dict(config), indent=2, default=str) + "\n")
         # steps after the checkpoint will be redone, not logged twice (a fresh start redoes everything)
         truncate_log(out / LOG_FILE, step if checkpoint is not None else -1)
         if checkpoint is not None:
@@ -211,7 +219,7 @@ def format_eval(record: dict) -> str:
 
 
 def latest_checkpoint(out: Path) -> Path | None:
-    files = sorted((out / CHECKPOINTS).glob("step-*.safetensors"))
+    files = checkpoints(out)
     return files[-1] if files else None
 
 
@@ -229,9 +237,12 @@ def _split_optimizer_state(state: dict) -> tuple[dict, dict]:
 def read_checkpoint(path: Path) -> dict:
     """The dict ``save_checkpoint`` wrote: ``step``, ``tokens_seen``, ``model``, ``optimizer``, ``task``,
     ``config``."""
-    with safe_open(str(path), framework="pt") as f:
-        meta = json.loads(f.metadata()["dels_hub"])
-        tensors = {key: f.get_tensor(key) for key in f.keys()}
+    try:
+        with safe_open(str(path), framework="pt") as f:
+            meta = json.loads(f.metadata()["dels_hub"])
+            tensors = {key: f.get_tensor(key) for key in f.keys()}
+    except (SafetensorError, OSError, KeyError, json.JSONDecodeError) as error:
+        raise DamagedFileError(f"checkpoint {path} is damaged: {type(error).__name__}: {error}") from error
     sections = {"model": {}, "task": {}}
     optimizer_state: dict[int, dict] = {}
     for key, value in tensors.items():
@@ -295,7 +306,7 @@ def truncate_log(path: Path, step: int) -> None:
                 kept.append(line)
         except (json.JSONDecodeError, KeyError):
             pass  # a line cut short by the kill
-    path.write_text("".join(line + "\n" for line in kept))
+    write_text_atomic(path, "".join(line + "\n" for line in kept))
 
 
 def read_log(output_dir) -> list[dict]:

@@ -8,6 +8,7 @@ the wrong type fail before anything is loaded. The final config is snapshotted i
 
 import argparse
 import dataclasses
+import math
 import re
 import tomllib
 import types
@@ -30,7 +31,10 @@ class TrainConfig:
 
     # I/O
     output_dir: str = _f("out", "where checkpoints/, train_log.jsonl and the final model go")
-    resume: bool = _f(True, "continue from the newest checkpoint in output_dir/checkpoints if there is one")
+    resume: bool = _f(True, "continue from the newest checkpoint in output_dir/checkpoints if there is one (its "
+                      "configuration must be this one)")
+    overwrite: bool = _f(False, "train into an output_dir that holds another run's model, log or checkpoints: "
+                         "they are replaced (without it, such a folder is refused)")
     # data
     data: list[str] = field(
         default_factory=list,
@@ -100,6 +104,21 @@ class TrainConfig:
             raise RecipeError(f"`max_length` ({self.max_length}) must be >= block_size ({self.block_size})")
         if not self.gamma > 0:
             raise RecipeError(f"`gamma` must be > 0, got {self.gamma}")
+        ranges = {  # name: (low, high, whether low itself is allowed); high is always allowed
+            "lr": (0.0, math.inf, False),
+            "warmup_ratio": (0.0, 1.0, True),
+            "min_lr_ratio": (0.0, 1.0, True),
+            "weight_decay": (0.0, math.inf, True),
+            "grad_clip": (0.0, math.inf, True),
+            "eval_examples": (0, math.inf, True),
+            "max_examples": (0, math.inf, True),
+            "eval_every": (0, math.inf, True),
+        }
+        for name, (low, high, closed) in ranges.items():
+            value = getattr(self, name)
+            if not (low <= value <= high if closed else low < value <= high):
+                bounds = f"{'[' if closed else '('}{low}, {high}]"
+                raise RecipeError(f"`{name}` must be in {bounds}, got {value}")
         for name in ("data", "eval_data"):  # one source may be given as a plain string; "" means none
             value = getattr(self, name)
             setattr(self, name, [s for s in ([value] if isinstance(value, str) else value) if s])
@@ -132,6 +151,8 @@ def fast_precision() -> str:
 class HeadTrainConfig(TrainConfig):
     """Local head: tokenizer only, no target weights."""
 
+    KIND: typing.ClassVar[str] = "head"  # a recipe's `kind`, and the `dels-hub train-head` command
+
     tokenizer: str = _f("", "tokenizer path or Hub id, pkg:PACKAGE for a file shipped in a Python package, "
                         "or family:NAME for a family's offline tokenizer (dels-hub families)")
     gguf_file: str = _f("", "read the tokenizer from this GGUF file inside `tokenizer`")
@@ -159,6 +180,14 @@ class HeadTrainConfig(TrainConfig):
         super().__post_init__()
         if not self.tokenizer:
             raise RecipeError("`tokenizer` is empty: a head is trained for a tokenizer family, name one")
+        for name in ("embedding_rank", "hidden_size", "output_rank"):
+            if getattr(self, name) < 1:
+                raise RecipeError(f"`{name}` must be >= 1, got {getattr(self, name)}")
+        for name in ("lora_rank", "pure_prefix_len"):
+            if getattr(self, name) < 0:
+                raise RecipeError(f"`{name}` must be >= 0, got {getattr(self, name)}")
+        if not self.unigram_smoothing > 0:
+            raise RecipeError(f"`unigram_smoothing` must be > 0 (add-k counts), got {self.unigram_smoothing}")
         if self.lora_rank and not self.init_from:
             raise RecipeError("`lora_rank` > 0 fine-tunes an existing head: set `init_from` too")
         for name in ("alpha", "beta"):
@@ -169,6 +198,8 @@ class HeadTrainConfig(TrainConfig):
 @dataclass
 class DFlashTrainConfig(TrainConfig):
     """DFlash drafter for a causal-LM target; the target's embedding and LM head stay frozen."""
+
+    KIND: typing.ClassVar[str] = "dflash"  # a recipe's `kind`, and the `dels-hub train-dflash` command
 
     target: str = _f("", "target causal LM: path, Hub id or pkg:PACKAGE")
     gguf_file: str = _f("", "load the target (and its tokenizer) from this GGUF file inside `target`")
@@ -255,7 +286,12 @@ def read_recipe(config_class, path) -> dict:
             values = tomllib.load(f)
         except tomllib.TOMLDecodeError as error:
             raise RecipeError(f"recipe {str(path)!r} is not valid TOML: {error}") from None
-    values.pop("kind", None)  # documents which loop the recipe is for; checked by the caller's class
+    kind = values.pop("kind", config_class.KIND)  # which loop the recipe is for
+    if kind not in ("head", "dflash"):
+        raise RecipeError(f"recipe {str(path)!r} has kind = {kind!r}; expected 'head' or 'dflash'")
+    if kind != config_class.KIND:
+        raise RecipeError(f"recipe {str(path)!r} is for `dels-hub train-{kind}` (kind = {kind!r}), not "
+                          f"`dels-hub train-{config_class.KIND}`")
     fields = {f.name: f for f in dataclasses.fields(config_class)}
     unknown = sorted(set(values) - set(fields))
     if unknown:

@@ -15,7 +15,8 @@ import torch
 from tqdm.auto import tqdm
 
 from ..errors import RecipeError
-from ..locations import resolve_location
+from ..files import write_text_atomic
+from ..locations import model_location
 from .data import load_records, normalize_messages, record_kind
 from .recipe import _f, add_config_arguments, resolve_config
 
@@ -106,7 +107,7 @@ def regenerate_main(args) -> Path:
     if not records:
         raise RecipeError(f"{config.data!r} holds no records")
     _, column = record_kind(records[0], "chat", "text", config.messages_field)
-    location = resolve_location(config.target)
+    location = model_location(config.target, "target")
     kwargs = {"gguf_file": config.gguf_file} if config.gguf_file else {}
     tokenizer = AutoTokenizer.from_pretrained(location, **kwargs)
     if not getattr(tokenizer, "chat_template", None):
@@ -126,7 +127,7 @@ def regenerate_main(args) -> Path:
     lines = output.read_text(encoding="utf-8").split("\n")[:-1] if output.exists() else []
     done = len(lines) - len(lines) % config.batch_size  # resume after the last complete batch
     if output.exists():
-        output.write_text("".join(line + "\n" for line in lines[:done]))
+        write_text_atomic(output, "".join(line + "\n" for line in lines[:done]))
     bar = tqdm(total=len(records), initial=done, desc="regenerate")
     for first in range(done, len(records), config.batch_size):
         chunk = [normalize_messages(r.get(column)) for r in records[first : first + config.batch_size]]
