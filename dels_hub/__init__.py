@@ -6,7 +6,8 @@ from . import errors
 from .checks import check_compatibility
 from .copy_expert import CopyChain, CopySettings
 from .dflash import DFlashConfig, DFlashDraftModel, build_target_layer_ids
-from .families import FAMILIES, TokenizerFamily, family_of, get_family, tokenizer_fingerprint
+from .families import FAMILIES, TokenizerFamily, family_of, get_family
+from .fingerprint import tokenizer_fingerprint
 from .fusion import fuse_logits, fusion_weights
 from .generation import DeLSGenerateOutput, DeLSGenerator
 from .heads import DeLSLocalHead, DeLSLocalHeadConfig

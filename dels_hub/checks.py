@@ -15,7 +15,7 @@ from .errors import (
     TargetLayerOutOfRangeError,
     VocabSizeMismatchError,
 )
-from .families import tokenizer_fingerprint
+from .fingerprint import tokenizer_fingerprint
 
 logger = logging.getLogger(__name__)
 

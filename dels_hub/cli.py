@@ -22,6 +22,12 @@ def _add_generate(subparsers):
     parser.add_argument("--temperature", type=temperature, default=0.0, help="0 means greedy")
     parser.add_argument("--top-p", type=probability_mass, default=1.0)
     parser.add_argument("--seed", type=int, default=None)
+    parser.add_argument("--block-size", type=positive_int, default=None,
+                        help="tokens per block, anchor included (default and maximum: the drafter's; 1: no drafts)")
+    parser.add_argument("--alpha", type=float, nargs="+", default=None,
+                        help="fusion weight of the head: one value, or one per draft position (default: the head's)")
+    parser.add_argument("--beta", type=float, nargs="+", default=None,
+                        help="fusion weight of the unigram-prior correction, as --alpha (default: the head's)")
     parser.add_argument("--copy-ngram", type=non_negative_int, default=0, metavar="N",
                         help="the copy expert: longest match of up to N tokens votes for what followed (0: off)")
     parser.add_argument("--copy-gamma", type=float, default=None, metavar="G",
@@ -37,14 +43,17 @@ def _generate(args):
 
     # Validated before anything loads.
     copy = CopySettings(args.copy_ngram, DEFAULT_GAMMA if args.copy_gamma is None else args.copy_gamma)
+    fusion = {name: values[0] if len(values) == 1 else values
+              for name, values in (("alpha", args.alpha), ("beta", args.beta)) if values is not None}
     generator = DeLSGenerator.from_pretrained(args.target, args.dflash, args.head, copy_ngram=copy.max_ngram,
-                                              copy_gamma=copy.gamma, **args.target_kwargs)
+                                              copy_gamma=copy.gamma, **fusion, **args.target_kwargs)
     input_ids = generator.tokenizer.apply_chat_template(
         [{"role": "user", "content": args.prompt}], add_generation_prompt=True, return_tensors="pt", return_dict=True
     )["input_ids"]
     sampling = dict(do_sample=True, temperature=args.temperature, top_p=args.top_p) if args.temperature > 0 else {}
     out = generator.generate(
-        input_ids, max_new_tokens=args.max_new_tokens, seed=args.seed, return_dict_in_generate=True,
+        input_ids, max_new_tokens=args.max_new_tokens, seed=args.seed, block_size=args.block_size,
+        return_dict_in_generate=True,
         streamer=TextStreamer(generator.tokenizer, skip_prompt=True, skip_special_tokens=True), **sampling,
     )
     summary = f"tau {out.tau:.2f} | {out.tokens_per_second:.1f} tokens/s | {out.num_new_tokens} new tokens"
@@ -93,13 +102,25 @@ def build_parser() -> argparse.ArgumentParser:
     for name, module_name, add_name, main_name, help_text in _EXTENSIONS:
         try:
             module = importlib.import_module(module_name)
-        except ImportError:
+        except ModuleNotFoundError as error:
+            if (error.name or "").split(".")[0] == "dels_hub":  # our own code is broken: say so, loudly
+                raise
+            sub = subparsers.add_parser(name, help=f"{help_text} (needs {error.name!r}: not installed)")
+            sub.set_defaults(func=_missing_dependency(name, error.name))
             continue
-        if hasattr(module, add_name) and hasattr(module, main_name):
-            sub = subparsers.add_parser(name, help=help_text)
-            getattr(module, add_name)(sub)
-            sub.set_defaults(func=getattr(module, main_name))
+        sub = subparsers.add_parser(name, help=help_text)
+        getattr(module, add_name)(sub)
+        sub.set_defaults(func=getattr(module, main_name))
     return parser
+
+
+def _missing_dependency(command: str, module: str):
+    def refuse(args) -> int:
+        print(f"dels-hub {command}: error: it needs the Python package {module!r}, which is not installed "
+              "(pip install 'dels-hub[dev]' installs every optional dependency)", file=sys.stderr)
+        return 2
+
+    return refuse
 
 
 def main(argv=None) -> int:

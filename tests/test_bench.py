@@ -23,8 +23,7 @@ from dels_hub.bench import (
     sharegpt_split,
     stats,
 )
-from dels_hub.errors import DeLSError, FusionScheduleError
-from dels_hub.generation import DeLSGenerator
+from dels_hub.errors import BlockSizeError, DeLSError, FusionScheduleError
 
 from conftest import make_dflash, make_head, make_target, make_tokenizer
 
@@ -134,15 +133,9 @@ def accept_everything(draft_ids, target_logits):
     return torch.cat([draft_ids, bonus]), torch.tensor(draft_ids.shape[0], device=draft_ids.device)
 
 
-class BrokenGenerator(DeLSGenerator):
-    def __init__(self, *args, **kwargs):
-        super().__init__(*args, **kwargs)
-        self.verifiers.greedy = accept_everything
-
-
 def test_broken_row_is_reported_as_mismatch(models, chat_tokenizer, jsonl_dataset, tmp_path, monkeypatch):
     target, drafter, head = models
-    monkeypatch.setattr(runner, "DeLSGenerator", BrokenGenerator)
+    monkeypatch.setattr("dels_hub.verify.verify_greedy", accept_everything)
     with pytest.warns(GreedyMismatchWarning, match="GREEDY MISMATCH"):
         results = run_bench(
             target, drafter, [head], tokenizer=chat_tokenizer, dataset=jsonl_dataset, max_new_tokens=12,
@@ -260,7 +253,7 @@ class Untouchable:
         ({"dataset": "humaneval", "max_new_tokens": 0}, BenchArgumentError),
         ({"dataset": "humaneval", "temperature": -1.0}, BenchArgumentError),
         ({"dataset": "humaneval", "top_p": 0.0}, BenchArgumentError),
-        ({"dataset": "humaneval", "block_size": 1}, BenchArgumentError),
+        ({"dataset": "humaneval", "block_size": 1}, BlockSizeError),
         ({"dataset": "sharegpt", "score": True}, BenchArgumentError),
         ({"dataset": "humaneval", "copy_ngram": -1}, FusionScheduleError),
         ({"dataset": "humaneval", "copy_ngram": 2, "copy_gamma": float("inf")}, FusionScheduleError),

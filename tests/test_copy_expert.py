@@ -151,12 +151,12 @@ def test_sampling_with_the_copy_expert_matches_the_target_distribution(small):
     assert chi_square_pvalue(counts, expected, samples) > 1e-3
 
 
-def test_negative_control_sampling_q_instead_of_p_is_detected(small):
+def test_negative_control_sampling_q_instead_of_p_is_detected(small, monkeypatch):
     # Accept every draft: the output is then distributed as the fused, copy-biased q, not as the target.
     from test_generation import accept_everything
 
     generator = small_copying_generator(small)
-    generator.verifiers.rejection = accept_everything
+    monkeypatch.setattr("dels_hub.verify.verify_rejection", accept_everything)
     input_ids = torch.cat([small_prompts(count=1)[0]] * 2, dim=1)
     samples, new_tokens = 2500, 3
     expected = exact_distribution(small["qwen3"], input_ids, Warping(0.8, 0, 1.0), new_tokens)

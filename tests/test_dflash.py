@@ -11,7 +11,7 @@ from transformers import DynamicCache
 
 from dels_hub import DFlashConfig, DFlashDraftModel, build_target_layer_ids
 from dels_hub.errors import CheckpointKeysError
-from dels_hub.generation.loading import load_dflash
+from dels_hub.loading import load_dflash
 
 from conftest import HIDDEN, make_dflash
 

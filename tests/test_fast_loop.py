@@ -1,16 +1,16 @@
-"""The static-cache loop: token for token the DynamicCache loop and the target, one host sync per block."""
+"""The decode loop: on the static cache, token for token as on the target's own DynamicCache and as the target;
+one host sync per block; compiled steps."""
 
 import pytest
 import torch
 
-from dels_hub import DeLSGenerator
+from dels_hub import DeLSGenerator, verify
 from dels_hub.copy_expert import CopySettings
 from dels_hub.errors import GenerationArgumentError
 from dels_hub.fusion import fusion_weights
-from dels_hub.generation import fast_loop
-from dels_hub.generation.fast_loop import fast_path_supported, fast_speculative_decode
-from dels_hub.generation.loop import speculative_decode
-from dels_hub.generation.static_cache import StaticDraftCache, StaticSlotCache, causal_mask
+from dels_hub.generation.caches import StaticDraftCache, StaticSlotCache, causal_mask
+from dels_hub.generation.decode import speculative_decode, static_cache_supported
+from dels_hub.generation.settings import DecodeSettings
 from dels_hub.sampling import Warping
 
 from conftest import SMALL_VOCAB, make_dflash, make_head, make_target, make_tokenizer, small_prompts
@@ -39,15 +39,14 @@ def test_fast_equals_eager_equals_target_greedy(small, kind, block_size, with_he
         assert max(lengths) > 2, "no multi-token acceptance: the commit path would go untested"
 
 
-def test_auto_picks_the_fast_path_for_plain_decoders(small, monkeypatch):
+def test_auto_picks_the_static_cache_for_plain_decoders(small, monkeypatch):
     calls = []
-    real = fast_loop.fast_speculative_decode
-    monkeypatch.setattr("dels_hub.generation.generator.fast_speculative_decode",
-                        lambda *a, **k: calls.append(1) or real(*a, **k))
+    monkeypatch.setattr("dels_hub.generation.generator.speculative_decode",
+                        lambda *a, **k: calls.append(k["static_cache"]) or speculative_decode(*a, **k))
     generator = generator_for(small)
     generator.generate(small_prompts(count=1)[0], max_new_tokens=5)
     generator.generate(small_prompts(count=1)[0], max_new_tokens=5, fast=False)
-    assert calls == [1]
+    assert calls == [True, False]
 
 
 @pytest.mark.parametrize("max_new_tokens", [1, 2, 3, 7, 8, 9, 33])
@@ -102,16 +101,16 @@ def test_seeded_sampling_is_identical_on_both_paths(small, with_head, settings):
 def test_unsupported_target_falls_back_or_refuses(small):
     target = make_target("qwen3", vocab=SMALL_VOCAB)
     target.config.layer_types = ["sliding_attention"] + ["full_attention"] * 5
-    assert "sliding_attention" in fast_path_supported(target)
+    assert "sliding_attention" in static_cache_supported(target)
     generator = DeLSGenerator(target, make_dflash(8, SMALL_VOCAB - 1, vocab=SMALL_VOCAB), None)
     with pytest.raises(GenerationArgumentError, match="fast=True but the static-cache loop cannot run"):
         generator.generate(small_prompts(count=1)[0], max_new_tokens=4, fast=True)
     target.config._attn_implementation = "flex_attention"
-    assert "flex_attention" in fast_path_supported(target)
+    assert "flex_attention" in static_cache_supported(target)
 
 
 def count_host_syncs(monkeypatch):
-    """Count every way a tensor reaches the host; the sanctioned ones go through ``fast_loop.to_host``."""
+    """Count every way a tensor reaches the host; the sanctioned ones go through ``verify.to_host``."""
     counts = {"to_host": 0, "other": 0}
     real_tolist = torch.Tensor.tolist
 
@@ -128,31 +127,46 @@ def count_host_syncs(monkeypatch):
 
         return counted
 
-    monkeypatch.setattr(fast_loop, "to_host", to_host)
+    monkeypatch.setattr("dels_hub.verify.to_host", to_host)
     for name in ("item", "tolist", "__bool__", "__int__", "__float__", "numpy", "cpu"):
         monkeypatch.setattr(torch.Tensor, name, other(name))
     return counts
 
 
+class TokenCounter:
+    """A streamer: it receives the prompt, then each block's committed tokens, on the host."""
+
+    def __init__(self):
+        self.received = 0
+
+    def put(self, tokens):
+        self.received += tokens.numel()
+
+    def end(self):
+        pass
+
+
 @pytest.mark.parametrize("warping", [Warping(), Warping(0.8, 4, 0.9)], ids=["greedy", "sampled"])
 @pytest.mark.parametrize("copy", [False, True], ids=["", "copy"])
-def test_one_host_transfer_per_block(small, monkeypatch, warping, copy):
+@pytest.mark.parametrize("static_cache", [True, False], ids=["static", "dynamic"])
+def test_one_host_transfer_per_block(small, monkeypatch, warping, copy, static_cache):
     generator = generator_for(small, block_size=8)
     input_ids = small_prompts(count=1)[0]
     weights = torch.full((7,), 0.5), torch.full((7,), 0.3)
-    kwargs = dict(max_new_tokens=30, block_size=8, warping=warping, stop_ids=torch.tensor([SMALL_VOCAB - 2]),
-                  head=small["head"], alpha=weights[0], beta=weights[1], generator=torch.Generator().manual_seed(0),
-                  copy_weights=CopySettings(2, 4.0).weights() if copy else None)
+    settings = DecodeSettings(30, 8, warping, torch.tensor([SMALL_VOCAB - 2]), *weights,
+                              CopySettings(2, 4.0).weights() if copy else None)
+    kwargs = dict(head=small["head"], static_cache=static_cache)
     counts = count_host_syncs(monkeypatch)
-    result = fast_speculative_decode(small["qwen3"], generator.drafter, input_ids, **kwargs)
+    result = speculative_decode(small["qwen3"], generator.drafter, input_ids, settings,
+                                generator=torch.Generator().manual_seed(0), **kwargs)
     assert counts == {"to_host": 1 + len(result.acceptance_lengths), "other": 0}
-    # Control: the counter sees the eager loop's own transfers (.item() in the prefill, .tolist() per block).
-    counts["other"] = 0
-    kwargs["generator"] = torch.Generator().manual_seed(0)
-    eager = speculative_decode(small["qwen3"], generator.drafter, input_ids, **kwargs)
-    assert counts["other"] == 1 + len(eager.acceptance_lengths)
+    # Control: the counter sees other transfers, such as a streamer's (.cpu() of the prompt, then of each block).
+    counts.update(to_host=0, other=0)
+    streamed = speculative_decode(small["qwen3"], generator.drafter, input_ids, settings,
+                                  generator=torch.Generator().manual_seed(0), streamer=TokenCounter(), **kwargs)
+    assert counts == {"to_host": 1 + len(streamed.acceptance_lengths), "other": 2 + len(streamed.acceptance_lengths)}
     monkeypatch.undo()
-    assert torch.equal(result.sequences, eager.sequences)
+    assert torch.equal(result.sequences, streamed.sequences)
 
 
 def test_static_caches_roll_back_by_pointer():
@@ -192,7 +206,7 @@ def test_cuda_loop_has_no_stray_sync_and_replays_graphs(monkeypatch, compile, co
     generator.compile = compile
     input_ids = small_prompts(count=1)[0].cuda()
     transfers, recordings = [], []
-    real_to_host, real_new_graph_id = fast_loop.to_host, cudagraph_trees.CUDAGraphTreeManager.new_graph_id
+    real_to_host, real_new_graph_id = verify.to_host, cudagraph_trees.CUDAGraphTreeManager.new_graph_id
 
     def sanctioned(values):  # the one transfer per block is allowed, anything else raises
         transfers.append(1)
@@ -219,16 +233,16 @@ def test_cuda_loop_has_no_stray_sync_and_replays_graphs(monkeypatch, compile, co
         if compile and settings:  # compiled sampling on CUDA draws its races differently: compare with itself
             expected = warm
         recorded_in_warm_up += len(recordings)
-        loop_kwargs = loop_arguments(generator, settings)
-        monkeypatch.setattr(fast_loop, "to_host", sanctioned)
+        decode_settings, loop_kwargs = loop_arguments(generator, settings)
+        monkeypatch.setattr(verify, "to_host", sanctioned)
         transfers.clear()
         recordings.clear()
         torch.cuda.set_sync_debug_mode("error")
         try:
-            out = fast_speculative_decode(generator.target, generator.drafter, input_ids, **loop_kwargs)
+            out = speculative_decode(generator.target, generator.drafter, input_ids, decode_settings, **loop_kwargs)
         finally:
             torch.cuda.set_sync_debug_mode(0)
-            monkeypatch.setattr(fast_loop, "to_host", real_to_host)
+            monkeypatch.setattr(verify, "to_host", real_to_host)
         assert torch.equal(out.sequences, expected.sequences)
         assert len(transfers) == 1 + len(out.acceptance_lengths)
         assert recordings == []  # replayed, not re-recorded
@@ -244,10 +258,10 @@ def loop_arguments(generator, settings):
     seed = settings.pop("seed", None)
     warping = Warping(settings["temperature"], settings["top_k"], settings["top_p"]) if settings else Warping()
     alpha, beta = fusion_weights(generator.alpha, generator.beta, generator.pure_prefix_len, 7, device="cuda")
-    return dict(
-        max_new_tokens=24, block_size=8, warping=warping, stop_ids=torch.tensor([], dtype=torch.long, device="cuda"),
-        head=generator.head, alpha=alpha, beta=beta, verifiers=generator.verifiers, compile=generator.compile,
-        workspace=generator._workspace, copy_weights=generator.copy.weights("cuda"),
+    decode_settings = DecodeSettings(24, 8, warping, torch.tensor([], dtype=torch.long, device="cuda"), alpha, beta,
+                                     generator.copy.weights("cuda"))
+    return decode_settings, dict(
+        head=generator.head, compile=generator.compile, workspace=generator._workspace,
         generator=torch.Generator(device="cuda").manual_seed(seed) if seed is not None else None,
     )
 
@@ -292,7 +306,7 @@ def test_draft_step_hides_padding_rows_in_trash_slots(small):
 
     from dels_hub.compat import crop_cache
     from dels_hub.generation.drafting import propose
-    from dels_hub.generation.graph_steps import draft_step, graph_warping
+    from dels_hub.generation.graph_steps import Drafting, draft_step, graph_warping
 
     target, head = small["qwen3"], small["head"]
     drafter = make_dflash(4, SMALL_VOCAB - 1, vocab=SMALL_VOCAB, seed=5)
@@ -304,15 +318,15 @@ def test_draft_step_hides_padding_rows_in_trash_slots(small):
     races = torch.empty(k, lm_head.out_features).exponential_(generator=rng)
     positions = torch.arange(positions_len + 4).unsqueeze(0)
     blocks = [torch.tensor([[anchor] + [SMALL_VOCAB - 1] * k]) for anchor in (5, 7)]
-    fixed = (graph_warping(warping, "cpu"), races, head, head.log_prior(), *alpha_beta)
+    drafting = Drafting(drafter, embed, lm_head, graph_warping(warping, "cpu"), head, head.log_prior(), *alpha_beta)
     # Block 1 at positions 6..9 over the prompt; block 1 accepted one draft, so block 2 sits at 8..11 and its
     # context is block 1's verify: 4 rows at positions 6..9, of which the first 2 are real.
     cache = StaticSlotCache(positions_len + 4, drafter.config.num_hidden_layers, "cpu", drafter.dtype)
     with torch.inference_mode():
-        draft_step(drafter, embed, lm_head, features[:, :prompt], positions[:, :prompt], torch.tensor(prompt),
-                   blocks[0], positions[:, 6:10], positions[0], cache, *fixed)
-        drafts, q = draft_step(drafter, embed, lm_head, features[:, prompt:], positions[:, 6:10], torch.tensor(2),
-                               blocks[1], positions[:, 8:12], positions[0], cache, *fixed)
+        draft_step(drafting, features[:, :prompt], positions[:, :prompt], torch.tensor(prompt), blocks[0],
+                   positions[:, 6:10], cache, races, None, None)
+        drafts, q = draft_step(drafting, features[:, prompt:], positions[:, 6:10], torch.tensor(2), blocks[1],
+                               positions[:, 8:12], cache, races, None, None)
     slots = cache.write_positions.tolist()
     assert slots[:2] == [6, 7] and slots[4:] == [8, 9, 10, 11]
     assert len(set(slots)) == len(slots) and min(slots[2:4]) >= positions_len

@@ -1,5 +1,7 @@
 """Writes that never leave half a file, and damaged safetensors files named by their path."""
 
+import os
+
 import pytest
 import torch
 from safetensors.torch import save_file
@@ -28,8 +30,13 @@ def test_a_failed_text_write_leaves_the_old_file_and_no_temporary(tmp_path, monk
     monkeypatch.undo()
     assert path.read_text() == "what the user wrote"
     assert [p.name for p in tmp_path.iterdir()] == ["README.md"]
-    write_text_atomic(path, "the new card")  # and a write that succeeds replaces it
-    assert path.read_text() == "the new card"
+    path.chmod(0o640)
+    write_text_atomic(path, "the new card")  # and a write that succeeds replaces it, keeping its mode
+    assert path.read_text() == "the new card" and path.stat().st_mode & 0o777 == 0o640
+    fresh = write_text_atomic(tmp_path / "config.json", "{}")  # a new file: the mode open() would give it
+    umask = os.umask(0)
+    os.umask(umask)
+    assert fresh.stat().st_mode & 0o777 == 0o666 & ~umask
 
 
 def test_a_failed_model_save_leaves_the_saved_model(tmp_path):

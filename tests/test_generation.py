@@ -170,10 +170,10 @@ def test_sampling_matches_the_target_distribution(small, case):
     assert chi_square_pvalue(counts, expected, samples) > 1e-3
 
 
-def test_negative_control_biased_verifier_is_detected(small):
+def test_negative_control_biased_verifier_is_detected(small, monkeypatch):
     target = small["qwen3"]
     generator = DeLSGenerator(target, make_dflash(4, SMALL_VOCAB - 1, vocab=SMALL_VOCAB), small["head"], small["tokenizer"])
-    generator.verifiers.rejection = accept_everything
+    monkeypatch.setattr("dels_hub.verify.verify_rejection", accept_everything)
     input_ids, samples = small_prompts(count=1)[0], 2500
     warping = Warping(0.7, 4, 1.0)
     expected = exact_distribution(target, input_ids, warping, 3)

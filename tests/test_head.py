@@ -117,7 +117,7 @@ def test_peft_adapter_repo_resolves_its_base_head_and_generates_exactly(tmp_path
     from peft import LoraConfig, get_peft_model
 
     from dels_hub import DeLSGenerator
-    from dels_hub.generation.loading import load_head
+    from dels_hub.loading import load_head
 
     from conftest import make_dflash, make_target
 

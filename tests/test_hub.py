@@ -1,4 +1,4 @@
-"""Model cards rendered from model_cards/*.j2 (metadata parsed back with huggingface_hub) and the upload checks
+"""Model cards rendered from dels_hub/hub/templates/*.j2 (metadata parsed back with huggingface_hub) and the upload checks
 and dry run on locally saved tiny repos. Nothing here contacts the Hub: HfApi is replaced by a recorder."""
 
 import json

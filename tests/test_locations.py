@@ -10,7 +10,7 @@ import pytest
 import dels_hub
 from dels_hub import DeLSGenerator
 from dels_hub.errors import AdapterError, DamagedFileError, ModelNotFoundError, PackageLocationError, RecipeError
-from dels_hub.generation.loading import load_head
+from dels_hub.loading import load_head
 from dels_hub.locations import model_location, resolve_location
 
 from conftest import make_dflash, make_head, make_target, make_tokenizer

@@ -8,7 +8,7 @@ from transformers import AutoModelForCausalLM, AutoTokenizer
 
 from dels_hub import DeLSGenerator, DeLSLocalHead, DeLSLocalHeadConfig, tokenizer_fingerprint
 from dels_hub.demo import run_demo
-from dels_hub.generation.loading import load_dflash, load_head
+from dels_hub.loading import load_dflash, load_head
 from dels_hub.proving_ground import SMOLLM2_DFLASH, SMOLLM2_HEAD, smollm2_location, untrained_smollm2_drafter
 
 pytestmark = pytest.mark.integration

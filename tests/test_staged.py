@@ -11,8 +11,8 @@ from dels_hub import check_compatibility, heads, tokenizer_fingerprint
 from dels_hub.checks import check_head
 from dels_hub.errors import IncompatibleTokenizerError
 from dels_hub.families import get_family
-from dels_hub.generation.loading import load_dflash, load_head
 from dels_hub.hub import check_repo
+from dels_hub.loading import load_dflash, load_head
 from dels_hub.proving_ground import SMOLLM2_DRAFTERS, SMOLLM2_HEAD, UPLOAD_DIR, smollm2_location
 
 MEGABYTE = 1_000_000

@@ -29,8 +29,9 @@ from dels_hub.errors import (
     ResumeConfigError,
     TrainingDataError,
 )
-from dels_hub.families import get_family, tokenizer_fingerprint
-from dels_hub.generation.loading import load_head
+from dels_hub.families import get_family
+from dels_hub.fingerprint import tokenizer_fingerprint
+from dels_hub.loading import load_head, load_tokenizer
 from dels_hub.training import (
     add_regenerate_arguments,
     add_train_dflash_arguments,
@@ -41,7 +42,7 @@ from dels_hub.training import (
     train_head_main,
 )
 from dels_hub.training.data import load_records, matching_records, normalize_messages, render_chat
-from dels_hub.training.head import family_name, load_tokenizer
+from dels_hub.training.head import family_name
 from dels_hub.training.loop import latest_checkpoint, read_log
 from dels_hub.training.masks import attention_mask_for, dflash_mask
 from dels_hub.training.recipe import DFlashTrainConfig, HeadTrainConfig, read_recipe

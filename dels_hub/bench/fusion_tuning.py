@@ -161,7 +161,7 @@ def copy_grid(ngrams: list[int], gammas: list[float]) -> list[tuple[int, float]]
 def tune_fusion_main(args: argparse.Namespace) -> int:
     """Grid-search (alpha, beta) and the copy expert's (n, gamma) on validation continuations; print the ranking;
     optionally save the best (alpha, beta) into the head."""
-    from ..generation.loading import load_dflash, load_head, load_target, load_tokenizer
+    from ..loading import load_dflash, load_head, load_target, tokenizer_for
     from .runner import load_json_kwargs
 
     checks = [(args.num_prompts >= 1, f"--num-prompts must be >= 1, got {args.num_prompts}"),
@@ -175,7 +175,7 @@ def tune_fusion_main(args: argparse.Namespace) -> int:
             raise BenchArgumentError(message)
     copies = copy_grid(args.copy_ngrams, args.copy_gammas)
     kwargs = load_json_kwargs(args.target_kwargs)
-    tokenizer = load_tokenizer(args.target, None, **kwargs)
+    tokenizer = tokenizer_for(args.target, None, **kwargs)
     target = load_target(args.target, None, **kwargs)
     head = load_head(args.head).to(target.dtype).eval() if args.head is not None else None
     drafters = [load_dflash(d, target.dtype).eval() for d in args.dflash]

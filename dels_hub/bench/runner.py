@@ -18,9 +18,10 @@ import torch
 from tqdm.auto import tqdm
 
 from ..copy_expert import DEFAULT_GAMMA, CopySettings
-from ..errors import BenchArgumentError, BlockSizeError
+from ..errors import BenchArgumentError
 from ..generation import DeLSGenerator
-from ..generation.loading import load_dflash, load_head
+from ..generation.settings import checked_block_size
+from ..loading import load_dflash, load_head
 from ..locations import model_location
 from . import stats
 from .environment import PeakMemory, load_average, machine, versions
@@ -81,14 +82,14 @@ class BenchSettings:
             (math.isfinite(self.temperature) and self.temperature >= 0,
              f"temperature must be >= 0 (0 is greedy), got {self.temperature}"),
             (0 < self.top_p <= 1, f"top_p must be in (0, 1], got {self.top_p}"),
-            (self.block_size is None or self.block_size >= 2,
-             f"block_size must be >= 2 (the target-alone rows already use 1), got {self.block_size}"),
             (isinstance(self.target_kwargs, dict), f"target_kwargs must be a dict, got {self.target_kwargs!r}"),
         ]  # fmt: skip
         for ok, message in checks:
             if not ok:
                 raise BenchArgumentError(message)
         CopySettings(self.copy_ngram, self.copy_gamma)  # FusionScheduleError names a bad value
+        if self.block_size is not None:
+            checked_block_size(self.block_size, minimum=2)  # the drafters' maximum is checked once they are loaded
         unknown = [name for name in self.peer_names if name not in PEERS]
         if unknown:
             raise BenchArgumentError(f"unknown peers {unknown}; expected some of {list(PEERS)}")
@@ -477,9 +478,7 @@ def run_bench(target, dflash, heads=(), **options) -> dict:
     place = {"device": generator.device, "dtype": generator.target.dtype}
     drafters = [generator.drafter] + [load_dflash(d, place["dtype"]).to(**place) for d in settings.drafters[1:]]
     largest = min(d.config.block_size for d in drafters)
-    block_size = settings.block_size or largest
-    if not 2 <= block_size <= largest:  # now, not after the first prompt
-        raise BlockSizeError(f"block_size {block_size} is outside 2..{largest} (the drafters' block size)")
+    block_size = checked_block_size(settings.block_size or largest, largest, minimum=2)  # now, not after a prompt
     tokenizer, device = generator.tokenizer, generator.device
     sampling = settings.sampling
     memory = PeakMemory(device)

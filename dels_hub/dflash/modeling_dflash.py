@@ -114,7 +114,7 @@ class DFlashDraftModel(PreTrainedModel):
 
     Load with ``DFlashDraftModel.from_pretrained(path_or_hub_id)``, never through the Auto classes (its
     ``model_type`` is "qwen3", which would build a plain Qwen3 model). Loading is strict; see
-    ``dels_hub.generation.loading.load_dflash``.
+    ``dels_hub.loading.load_dflash``.
     """
 
     config_class = DFlashConfig

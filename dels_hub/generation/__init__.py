@@ -1,5 +1,6 @@
+from .decode import speculative_decode
 from .generator import DeLSGenerator
-from .loop import DecodeResult, Verifiers, speculative_decode
-from .output import DeLSGenerateOutput
+from .output import DecodeResult, DeLSGenerateOutput
+from .settings import DecodeSettings
 
-__all__ = ["DeLSGenerateOutput", "DeLSGenerator", "DecodeResult", "Verifiers", "speculative_decode"]
+__all__ = ["DeLSGenerateOutput", "DeLSGenerator", "DecodeResult", "DecodeSettings", "speculative_decode"]

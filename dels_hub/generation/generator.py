@@ -9,14 +9,14 @@ from transformers import GenerationConfig
 
 from ..checks import check_compatibility
 from ..copy_expert import DEFAULT_GAMMA, CopySettings
-from ..errors import BlockSizeError, DtypeMismatchError, GenerationArgumentError, UnsupportedInputError
+from ..errors import DtypeMismatchError, GenerationArgumentError, UnsupportedInputError
 from ..fusion import fusion_weights
+from ..loading import load_dflash, load_head, load_target, tokenizer_for
 from ..locations import model_location
 from ..sampling import Warping
-from .fast_loop import fast_path_supported, fast_speculative_decode
-from .loading import load_dflash, load_head, load_target, load_tokenizer
-from .loop import Verifiers, speculative_decode
+from .decode import speculative_decode, static_cache_supported
 from .output import DeLSGenerateOutput
+from .settings import DecodeSettings, checked_block_size
 
 # transformers' own defaults for fields a generation config leaves unset (GenerationConfig
 # ._get_default_generation_params); ours must be the same for the drop-in to sample the same distribution.
@@ -69,7 +69,6 @@ class DeLSGenerator:
         # Validate the schedules now, not at the first generate call.
         fusion_weights(self.alpha, self.beta, self.pure_prefix_len, self.block_size - 1)
         self.copy = CopySettings(copy_ngram, copy_gamma)
-        self.verifiers = Verifiers()
         # Opt-in: compile the static loop's per-block steps, verify and draft + head (CUDA graphs on CUDA). Off until
         # measured on a GPU. Compiled on CUDA, seeded sampling draws differently from the eager loop (same
         # distribution).
@@ -110,7 +109,7 @@ class DeLSGenerator:
         # The small parts first: a missing or damaged drafter or head fails before the target is loaded.
         drafter = load_dflash(dflash, dtype)
         head = load_head(head, dtype)
-        tokenizer = load_tokenizer(target, tokenizer, **target_kwargs)
+        tokenizer = tokenizer_for(target, tokenizer, **target_kwargs)
         target = load_target(target, dtype, **target_kwargs)
         if device is not None:
             target = target.to(device)
@@ -159,9 +158,9 @@ class DeLSGenerator:
         ``block_size``, ``alpha``, ``beta``, ``copy_ngram``, ``copy_gamma`` override this generator's settings for
         this call.
 
-        ``fast``: None picks the static-cache loop when the target allows it (``fast_path_supported``),
-        False forces the DynamicCache loop, True forces the static one (and fails if it cannot run).
-        Both give the same tokens.
+        ``fast``: None keeps the target's KV cache in a static cache when the target allows it
+        (``static_cache_supported``), False keeps the target's own DynamicCache, True forces the static cache (and
+        fails if it cannot serve the target). The loop is the same, and so are the tokens.
         """
         copy = self.copy if copy_ngram is None and copy_gamma is None else CopySettings(
             self.copy.max_ngram if copy_ngram is None else copy_ngram,
@@ -180,26 +179,13 @@ class DeLSGenerator:
             max(block_size - 1, 0),
             device=self.device,
         )
+        settings = DecodeSettings(max_new_tokens, block_size, warping, stop_ids, *weights, copy.weights(self.device))
         if generator is None and seed is not None:
             generator = torch.Generator(device=self.device).manual_seed(seed)
-        decode = fast_speculative_decode if self._use_fast_path(fast) else speculative_decode
-        result = decode(
-            self.target,
-            self.drafter,
-            input_ids,
-            max_new_tokens=max_new_tokens,
-            block_size=block_size,
-            warping=warping,
-            stop_ids=stop_ids,
-            head=self.head,
-            alpha=weights[0],
-            beta=weights[1],
-            generator=generator,
-            verifiers=self.verifiers,
-            streamer=streamer,
-            copy_weights=copy.weights(self.device),
-            **({"compile": self.compile, "workspace": self._workspace} if decode is fast_speculative_decode else {}),
-        )
+        static_cache = self._use_static_cache(fast)
+        result = speculative_decode(self.target, self.drafter, input_ids, settings, head=self.head,
+                                    generator=generator, streamer=streamer, static_cache=static_cache,
+                                    compile=self.compile and static_cache, workspace=self._workspace)
         if not (return_dict_in_generate or config.return_dict_in_generate):
             return result.sequences
         return DeLSGenerateOutput(
@@ -282,23 +268,14 @@ class DeLSGenerator:
             raise GenerationArgumentError(f"top_k must be >= 0, got {config.top_k}")
         return Warping(temperature=float(config.temperature), top_k=int(config.top_k), top_p=float(config.top_p))
 
-    def _use_fast_path(self, fast: bool | None) -> bool:
-        reason = fast_path_supported(self.target)
+    def _use_static_cache(self, fast: bool | None) -> bool:
+        reason = static_cache_supported(self.target)
         if fast and reason is not None:
             raise GenerationArgumentError(f"fast=True but the static-cache loop cannot run this target: {reason}")
         return reason is None if fast is None else fast
 
     def _block_size(self, block_size: int | None) -> int:
-        if block_size is None:
-            return self.block_size
-        if isinstance(block_size, bool) or not isinstance(block_size, numbers.Integral):
-            raise BlockSizeError(f"block_size must be an integer, got {block_size!r} ({type(block_size).__name__})")
-        if not 1 <= block_size <= self.block_size:
-            raise BlockSizeError(
-                f"block_size {block_size} is outside 1..{self.block_size} (the drafter was trained for "
-                f"{self.block_size}; 1 means plain autoregressive decoding through the same loop)"
-            )
-        return block_size
+        return self.block_size if block_size is None else checked_block_size(block_size, self.block_size)
 
     def _stop_ids(self, eos_token_id) -> torch.Tensor:
         ids = [] if eos_token_id is None else [eos_token_id] if isinstance(eos_token_id, int) else list(eos_token_id)

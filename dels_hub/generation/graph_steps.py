@@ -1,62 +1,83 @@
-"""The fast loop's two fixed-shape steps: the functions ``torch.compile`` turns into (CUDA) graphs.
+"""The decode loop's two per-block steps, at fixed shapes: the functions ``torch.compile`` turns into (CUDA) graphs.
 
-* ``verify_step``: one target forward over ``[anchor, drafts]`` through the static cache, its mask built inside.
-* ``draft_step``: one DFlash forward over the context and the block, then the head/fusion/sampling loop over
-  the block. Its shapes do not depend on how many drafts the last block accepted: the context is always the
-  last verify's ``block_size`` rows, and the rejected ones are written to trash slots that no mask reaches.
-  Sampling reads exponential races drawn before the call, because a ``torch.Generator`` argument breaks
-  the graph.
+* ``verify_step``: one target forward over ``[anchor, drafts]`` through the target's cache (mask included).
+* ``draft_step``: one DFlash forward over the context and the block, then the head/fusion/sampling loop over the
+  block. Its shapes do not depend on how many drafts the last block accepted: the context is always the last
+  verify's ``block_size`` rows, and the rejected ones are written to trash slots that no mask reaches. Sampling
+  reads exponential races drawn before the call, because a ``torch.Generator`` argument breaks the graph.
+
+What drafting reads and never changes within a call (models, fusion weights, warping, the copy expert's weights)
+travels as one frozen ``Drafting``.
 """
+
+from dataclasses import dataclass
 
 import torch
 
 from ..copy_expert import CopyChain
 from ..sampling import Warping
+from .caches import causal_mask
 from .drafting import propose
-from .static_cache import causal_mask
 
 _compiled: dict[tuple[str, str], object] = {}
 
 
-def verify_step(model, ids, positions, kv_index, cache, cache_arg: str, logits_to_keep: int = 0):
-    """One target forward at ``positions`` (``[1, T]``) through the static cache -> ``(logits, hidden_states)``.
+@dataclass(frozen=True)
+class Drafting:
+    """The drafter, the target's embedding and LM head it borrows, and how a block's drafts are chosen.
 
-    ``kv_index`` is ``arange(max_len)``, the cache's slots. Fixed shapes for a fixed ``T`` (mask included).
+    ``alpha``/``beta`` are ``[k]`` per-position fusion weights (zero in the pure prefix), ``log_prior`` the head's
+    ``[V_head]`` log unigram prior, ``copy_weights`` the copy expert's ``[n + 1]`` gamma by match length (None: off).
     """
-    cache.write_positions = positions[0]
-    mask = causal_mask(kv_index, positions[0], model.dtype, model.config._attn_implementation)
-    out = model(input_ids=ids, position_ids=positions, attention_mask=mask, **{cache_arg: cache}, use_cache=True,
-                output_hidden_states=True, logits_to_keep=logits_to_keep)
+
+    drafter: torch.nn.Module
+    embed: torch.nn.Module
+    lm_head: torch.nn.Module
+    warping: Warping
+    head: torch.nn.Module | None = None
+    log_prior: torch.Tensor | None = None
+    alpha: torch.Tensor | None = None
+    beta: torch.Tensor | None = None
+    copy_weights: torch.Tensor | None = None
+
+
+def verify_step(model, ids, positions, cache, cache_arg: str, logits_to_keep: int = 0):
+    """One target forward at ``positions`` (``[1, T]``) through ``cache`` -> ``(logits, hidden_states)``.
+
+    Fixed shapes for a fixed ``T`` (the static cache's mask included).
+    """
+    out = model(input_ids=ids, position_ids=positions, **cache.forward_inputs(positions, model, cache_arg),
+                use_cache=True, output_hidden_states=True, logits_to_keep=logits_to_keep)
     return out.logits, out.hidden_states
 
 
-def draft_step(drafter, embed, lm_head, features, context_positions, n_context, block, block_positions, kv_index,
-               cache, warping, races, head, log_prior, alpha, beta, tokens=None, anchor=None, copy_weights=None):
-    """Draft one block through the drafter's static cache -> ``(drafts [k], q [k, V] or None)``.
+def draft_step(drafting: Drafting, features, context_positions, n_context, block, block_positions, cache, races,
+               tokens, anchor):
+    """Draft one block through the drafter's ``StaticSlotCache`` -> ``(drafts [k], q [k, V] or None)``.
 
     Args:
         features, context_positions: ``[1, C, F*H]`` target features of the context not yet cached, at
             positions ``[1, C]``; rows from ``n_context`` (a 0-dim device tensor) on are padding.
         block, block_positions: ``[1, bs]`` the block ``[anchor, MASK...]`` and its positions.
-        kv_index, cache: ``arange(slots)`` and the drafter's ``StaticSlotCache``, whose top slots lie past
-            every position: padding row i goes to slot ``slots - 1 - i``.
-        races: ``[k, V]`` Exp(1) draws for sampling (None when greedy); the rest as in ``propose``.
-        tokens, anchor, copy_weights: the token buffer, the anchor's position (0-dim) and the copy expert's
-            gamma by match length; ``copy_weights=None`` leaves the copy expert out.
+        cache: the drafter's ``StaticSlotCache``, whose top slots lie past every position: padding row i goes to
+            slot ``slots - 1 - i``.
+        races: ``[k, V]`` Exp(1) draws for sampling (None when greedy).
+        tokens, anchor: the token buffer and the anchor's position (0-dim), read by the copy expert.
     """
+    drafter = drafting.drafter
     rows = torch.arange(features.shape[1], device=features.device)
     # Slot == position for real rows; padding goes to the top slots, which the mask below never shows.
-    context_slots = torch.where(rows < n_context, context_positions[0], kv_index.shape[0] - 1 - rows)
+    context_slots = torch.where(rows < n_context, context_positions[0], cache.max_len - 1 - rows)
     cache.write_positions = torch.cat([context_slots, block_positions[0]])
     # The block is bidirectional and sees all context: every slot up to its last position, nothing stale.
     last = block_positions[0, -1:].expand(block_positions.shape[1])
-    mask = causal_mask(kv_index, last, drafter.dtype, drafter.config._attn_implementation)
-    hidden = drafter(target_hidden=features, noise_embedding=embed(block),
+    mask = causal_mask(cache.slots, last, drafter.dtype, drafter.config._attn_implementation)
+    hidden = drafter(target_hidden=features, noise_embedding=drafting.embed(block),
                      position_ids=torch.cat([context_positions, block_positions], dim=1), past_key_values=cache,
                      use_cache=True, attention_mask=mask)
-    copy = None if copy_weights is None else CopyChain(tokens, anchor, copy_weights)
-    return propose(lm_head(hidden[0, 1:]), block[0, :1], warping, None, head, log_prior, alpha, beta, races=races,
-                   copy=copy)
+    copy = None if drafting.copy_weights is None else CopyChain(tokens, anchor, drafting.copy_weights)
+    return propose(drafting.lm_head(hidden[0, 1:]), block[0, :1], drafting.warping, None, drafting.head,
+                   drafting.log_prior, drafting.alpha, drafting.beta, races=races, copy=copy)
 
 
 def graph_warping(warping: Warping, device) -> Warping:

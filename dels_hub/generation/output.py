@@ -1,9 +1,18 @@
-"""What ``DeLSGenerator.generate(..., return_dict_in_generate=True)`` returns."""
+"""What the decode loop returns (``DecodeResult``), and what ``DeLSGenerator.generate(...,
+return_dict_in_generate=True)`` returns (``DeLSGenerateOutput``)."""
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import torch
 from transformers.utils import ModelOutput
+
+
+@dataclass
+class DecodeResult:
+    sequences: torch.Tensor  # [1, prompt + new]
+    acceptance_lengths: list[int] = field(default_factory=list)
+    time_to_first_token: float = 0.0
+    decode_seconds: float = 0.0
 
 
 @dataclass

@@ -1,5 +1,6 @@
 """Model cards (README.md) for head, adapter and drafter repos, rendered from the Jinja templates in
-``model_cards/`` with huggingface_hub's ``ModelCard.from_template``. Render only: nothing here touches the network.
+``dels_hub/hub/templates/`` (package data) with huggingface_hub's ``ModelCard.from_template``. Render only: nothing
+here touches the network.
 
 The card owns the part of README.md between its two markers (``CARD_BEGIN``, ``CARD_END``) and the metadata keys
 it sets; refreshing a card rewrites only those and keeps everything a user wrote around them (other metadata keys,
@@ -21,7 +22,7 @@ from ..errors import RepoCardError
 from ..families import family_of
 from ..files import write_text_atomic
 
-TEMPLATES = Path(__file__).resolve().parent.parent.parent / "model_cards"
+TEMPLATES = Path(__file__).resolve().parent / "templates"  # shipped in the wheel (package data)
 TEMPLATE_FILES = {"head": "head.md.j2", "adapter": "head.md.j2", "dflash": "dflash.md.j2"}
 BASE_TAGS = ["dels-hub", "speculative-decoding", "dflash", "dels-spec"]
 # Training-data names the recipes accept -> the Hub dataset they come from.
@@ -239,7 +240,7 @@ def _merged(existing: ModelCard, rendered: ModelCard, path: Path) -> ModelCard:
 def _local_base(base: str, adapter_dir: Path) -> str | None:
     """The folder of an adapter's base head, found as the loader finds it (``adapter_base``), if it is local."""
     from ..errors import ModelNotFoundError
-    from ..generation.loading import adapter_base
+    from ..loading import adapter_base
 
     if not base:
         return None

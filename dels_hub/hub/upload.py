@@ -29,7 +29,7 @@ def repo_files(repo_dir: Path, ignore_patterns: list[str]) -> list[str]:
 
 def _load(repo_dir: Path, kind: str) -> None:
     """Load the repo as a user would; any failure is a RepoCheckError naming the repo and the cause."""
-    from ..generation.loading import load_dflash, load_head
+    from ..loading import load_dflash, load_head
 
     try:
         if kind == "head":

@@ -1,8 +1,10 @@
-"""Model cards (README.md) for what the recipes train: rendered from the Jinja templates in ``model_cards/`` by
-``dels_hub.hub.card`` (the same code as ``dels-hub card REPO_DIR``). Render only: nothing here touches the network.
+"""Model cards (README.md) for what the recipes train: rendered from the Jinja templates in
+``dels_hub/hub/templates/`` by ``dels_hub.hub.card`` (the same code as ``dels-hub card REPO_DIR``). Render only:
+nothing here touches the network.
 
-Both writers run after ``save_pretrained`` and the ``training_config.json`` snapshot, so the card is read from the
-saved repo; the recipe and the end-of-training evaluation are passed in and kept in the card metadata.
+Both writers run after ``save_pretrained``, and after the ``training_config.json`` snapshot that training starts
+with, so the card is read from the saved repo; the recipe and the end-of-training evaluation are passed in and kept
+in the card metadata.
 """
 
 from pathlib import Path

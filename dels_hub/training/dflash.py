@@ -18,14 +18,13 @@ from pathlib import Path
 import torch
 from safetensors.torch import load_file, save_file
 from torch import nn
-from transformers import AutoModelForCausalLM, AutoTokenizer
 
 from ..checks import check_dflash
 from ..dflash import DFlashConfig, DFlashDraftModel, build_target_layer_ids
 from ..errors import RecipeError
 from ..files import save_pretrained_atomic, write_text_atomic
 from ..generation.drafting import context_features
-from ..locations import model_location
+from ..loading import load_target, tokenizer_for
 from .card import write_dflash_card
 from .data import Example, gather_blocks, load_examples, sample_anchors, slot_weights
 from .labels import target_blocks
@@ -275,11 +274,8 @@ class DFlashTask:
 
 
 def load_target_and_tokenizer(config: DFlashTrainConfig, dtype: torch.dtype):
-    location = model_location(config.target, "target")
     kwargs = {"gguf_file": config.gguf_file} if config.gguf_file else {}
-    tokenizer = AutoTokenizer.from_pretrained(location, **kwargs)
-    target = AutoModelForCausalLM.from_pretrained(location, dtype=dtype, **kwargs)
-    return target, tokenizer
+    return load_target(config.target, dtype, **kwargs), tokenizer_for(config.target, **kwargs)
 
 
 def build_drafter(config: DFlashTrainConfig, target, tokenizer) -> DFlashDraftModel:
@@ -323,7 +319,7 @@ def build_drafter(config: DFlashTrainConfig, target, tokenizer) -> DFlashDraftMo
 def continued_drafter(config: DFlashTrainConfig, fresh: DFlashDraftModel) -> DFlashDraftModel:
     """The drafter at ``config.init_from``, in float32, after checking it has the shape the recipe builds
     (``fresh``): continuing a run must not silently change the layers, block size, features or mask id."""
-    from ..generation.loading import load_dflash
+    from ..loading import load_dflash
 
     previous = load_dflash(config.init_from, torch.float32)  # resolves pkg: locations itself
     fields = ("num_hidden_layers", "hidden_size", "intermediate_size", "block_size", "target_layer_ids",

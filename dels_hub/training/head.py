@@ -11,13 +11,12 @@ from pathlib import Path
 
 import torch
 from torch import nn
-from transformers import AutoTokenizer
 
-from ..errors import IncompatibleTokenizerError, RecipeError
-from ..families import get_family, tokenizer_fingerprint
+from ..errors import IncompatibleTokenizerError
 from ..files import save_pretrained_atomic
-from ..generation.loading import load_strict
+from ..fingerprint import tokenizer_fingerprint
 from ..heads import DeLSLocalHead, DeLSLocalHeadConfig
+from ..loading import FAMILY_PREFIX, load_strict, load_tokenizer
 from ..locations import model_location
 from .card import write_head_card
 from .data import Example, gather_blocks, load_examples, sample_anchors, slot_weights, unigram_counts
@@ -134,25 +133,10 @@ def build_head(config: HeadTrainConfig, tokenizer, train_examples: list[Example]
     return head
 
 
-FAMILY_PREFIX = "family:"  # a recipe's `tokenizer = "family:qwen3"`: the family's tokenizer, built offline
-
-
 def family_name(tokenizer_location: str) -> str:
     if tokenizer_location.startswith(FAMILY_PREFIX):
         return tokenizer_location[len(FAMILY_PREFIX):]
     return Path(tokenizer_location.rstrip("/")).name or tokenizer_location
-
-
-def load_tokenizer(location: str, gguf_file: str = ""):
-    """``family:NAME`` builds the family's tokenizer offline (dels-hub families); else a path, Hub id or pkg:."""
-    if location.startswith(FAMILY_PREFIX):
-        try:
-            return get_family(location[len(FAMILY_PREFIX):]).build_tokenizer()
-        except (KeyError, FileNotFoundError) as error:
-            raise RecipeError(f"tokenizer {location!r}: {error.args[0]}") from error
-    location = model_location(location, "tokenizer")
-    kwargs = {"gguf_file": gguf_file} if gguf_file else {}
-    return AutoTokenizer.from_pretrained(location, **kwargs)
 
 
 # -- command line ---------------------------------------------------------------------------------------------
@@ -172,7 +156,7 @@ def train_head_main(args) -> dict:
     config = resolve_config(HeadTrainConfig, args)
     checkpoint = claim_output_folder(config)  # refuses another run's folder before anything loads
     accelerator = Accelerator()
-    tokenizer = load_tokenizer(config.tokenizer, config.gguf_file)
+    tokenizer = load_tokenizer(config.tokenizer, **({"gguf_file": config.gguf_file} if config.gguf_file else {}))
     train_examples, held_out = load_examples(config, tokenizer)
     torch.manual_seed(config.seed)
     head = build_head(config, tokenizer, train_examples)

@@ -16,7 +16,7 @@ from tqdm.auto import tqdm
 
 from ..errors import RecipeError
 from ..files import write_text_atomic
-from ..locations import model_location
+from ..loading import load_target, tokenizer_for
 from .data import load_records, normalize_messages, record_kind
 from .recipe import _f, add_config_arguments, resolve_config
 
@@ -100,23 +100,20 @@ def add_regenerate_arguments(parser) -> None:
 
 
 def regenerate_main(args) -> Path:
-    from transformers import AutoModelForCausalLM, AutoTokenizer
-
     config = resolve_config(RegenerateConfig, args)
     records = load_records(config.data, config.data_split, config.max_examples)
     if not records:
         raise RecipeError(f"{config.data!r} holds no records")
     _, column = record_kind(records[0], "chat", "text", config.messages_field)
-    location = model_location(config.target, "target")
     kwargs = {"gguf_file": config.gguf_file} if config.gguf_file else {}
-    tokenizer = AutoTokenizer.from_pretrained(location, **kwargs)
+    tokenizer = tokenizer_for(config.target, **kwargs)
     if not getattr(tokenizer, "chat_template", None):
         raise RecipeError(f"the tokenizer of {config.target!r} has no chat template")
     if tokenizer.pad_token_id is None:
         tokenizer.pad_token = tokenizer.eos_token
     dtype = torch.bfloat16 if config.precision == "bf16" else torch.float32
     device = "cuda" if torch.cuda.is_available() else "cpu"
-    target = AutoModelForCausalLM.from_pretrained(location, dtype=dtype, **kwargs).to(device).eval()
+    target = load_target(config.target, dtype, **kwargs).to(device).eval()
     torch.manual_seed(config.seed)
 
     output = Path(config.output)

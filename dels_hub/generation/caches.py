@@ -1,14 +1,22 @@
-"""Preallocated KV caches for the fast loop: sized once per ``generate`` call (or kept between compiled
-calls), rolled back by a pointer.
+"""The KV caches of the decode loop: sized once per ``generate`` call (or kept between compiled calls), rolled back
+without copying.
 
-Both classes are duck-typed caches (``update(key, value, layer_idx, ...)``), not ``transformers.Cache``
-subclasses: transformers' ``StaticCache`` writes at its own per-layer ``cumulative_length`` counters and
-has no ``crop`` in 5.17 (it has an in-place one in 5.24), and its mask path reads that counter with a
-host sync on every call. Here the loop says where to write and passes its own 4D mask, so the same code
-runs unchanged on transformers 5.17 and 5.24.
+The target's cache is a ``StaticSlotCache`` (slot == position, masked by position) where the target allows it, else
+its own ``DynamicCache`` behind the same two methods (``DynamicTargetCache``): ``forward_inputs(positions, ...)``
+gives a forward's cache and mask arguments, ``keep(length)`` rolls back to the first ``length`` positions. The
+drafter's cache is a ``StaticDraftCache`` (eager) or a ``StaticSlotCache`` (compiled).
+
+The static classes are duck-typed caches (``update(key, value, layer_idx, ...)``), not ``transformers.Cache``
+subclasses: transformers' ``StaticCache`` writes at its own per-layer ``cumulative_length`` counters and has no
+``crop`` in 5.17 (it has an in-place one in 5.24), and its mask path reads that counter with a host sync on every
+call. Here the loop says where to write and passes its own 4D mask, so the same code runs unchanged on
+transformers 5.17 and 5.24.
 """
 
 import torch
+from transformers import DynamicCache
+
+from ..compat import crop_cache
 
 
 class StaticSlotCache:
@@ -27,6 +35,16 @@ class StaticSlotCache:
         self.keys: list[torch.Tensor | None] = [None] * num_layers
         self.values: list[torch.Tensor | None] = [None] * num_layers
         self.write_positions: torch.Tensor | None = None
+        self.slots = torch.arange(max_len, device=self.device)
+
+    def forward_inputs(self, positions: torch.Tensor, model, cache_arg: str) -> dict:
+        """The cache and mask arguments of a forward at ``positions [1, T]``, which it will write."""
+        self.write_positions = positions[0]
+        mask = causal_mask(self.slots, positions[0], model.dtype, model.config._attn_implementation)
+        return {cache_arg: self, "attention_mask": mask}
+
+    def keep(self, length: int) -> None:
+        """Slots past ``length`` are masked until rewritten: nothing to do."""
 
     def update(self, key: torch.Tensor, value: torch.Tensor, layer_idx: int, *args, **kwargs):
         """``key``/``value [1, kv_heads, T, head_dim]`` -> the full ``[1, kv_heads, max_len, head_dim]`` buffers."""
@@ -90,3 +108,18 @@ class StaticDraftCache:
     def crop(self, length: int) -> None:
         """Keep slots ``[0, length)``: nothing is freed or copied."""
         self.length = length
+
+
+class DynamicTargetCache:
+    """The target's own ``DynamicCache`` behind ``StaticSlotCache``'s interface, for targets that the static cache
+    cannot serve (sliding-window or hybrid layers, other attention kernels): the model builds its own mask, and a
+    rollback crops the rejected positions."""
+
+    def __init__(self):
+        self.cache = DynamicCache()
+
+    def forward_inputs(self, positions: torch.Tensor, model, cache_arg: str) -> dict:
+        return {cache_arg: self.cache}
+
+    def keep(self, length: int) -> None:
+        crop_cache(self.cache, length)

@@ -1,4 +1,7 @@
-"""Resolve the three parts from Hub ids, local paths or loaded models; weights load strictly.
+"""The one loading path: targets, tokenizers, DFlash drafters and local heads, from Hub ids, local paths, ``pkg:``
+locations (files shipped in a Python package), ``family:NAME`` tokenizers (built offline) and GGUF files; an
+already-loaded model passes through. Generation, training, regenerate, the bench, the demo and the scripts all load
+through here. Weights load strictly.
 
 Every location is checked before anything loads (``locations.model_location``): a local path that does not exist
 is named as such, and a damaged safetensors file is named by its path.
@@ -12,11 +15,11 @@ import torch
 from transformers import AutoModelForCausalLM, AutoTokenizer
 from transformers.utils import find_adapter_config_file
 
-from ..dflash import DFlashDraftModel
-from ..errors import AdapterError, CheckpointKeysError, ModelNotFoundError
-from ..files import check_safetensors_folder
-from ..heads import DeLSLocalHead
-from ..locations import model_location
+from .dflash import DFlashDraftModel
+from .errors import AdapterError, CheckpointKeysError, ModelNotFoundError
+from .files import check_safetensors_folder
+from .heads import DeLSLocalHead
+from .locations import model_location
 
 
 def load_strict(model_class, source: str, what: str, **kwargs):
@@ -100,11 +103,28 @@ def adapter_base(base: str, adapter) -> str:
     return model_location(base, "base head")
 
 
-def load_tokenizer(target, tokenizer, **target_kwargs):
-    """The tokenizer given, else the one stored with the target (path or Hub id), else None."""
+FAMILY_PREFIX = "family:"  # ``family:qwen3``: the family's tokenizer, built offline (``dels-hub families``)
+TOKENIZER_KWARGS = ("gguf_file", "revision", "subfolder")  # target kwargs that also locate its tokenizer
+
+
+def load_tokenizer(location, **kwargs):
+    """A tokenizer from a path, Hub id, ``pkg:`` location (``gguf_file=`` for one inside a GGUF) or ``family:NAME``."""
+    from .errors import RecipeError
+    from .families import get_family
+
+    location = str(location)
+    if location.startswith(FAMILY_PREFIX):
+        try:
+            return get_family(location[len(FAMILY_PREFIX):]).build_tokenizer()
+        except (KeyError, FileNotFoundError) as error:
+            raise RecipeError(f"tokenizer {location!r}: {error.args[0]}") from error
+    return AutoTokenizer.from_pretrained(model_location(location, "tokenizer"), **kwargs)
+
+
+def tokenizer_for(target, tokenizer=None, **target_kwargs):
+    """The tokenizer given (an object or a location), else the one stored with the target location, else None."""
     if tokenizer is None and isinstance(target, (str, os.PathLike)):
-        extra = {key: target_kwargs[key] for key in ("gguf_file", "revision", "subfolder") if key in target_kwargs}
-        return AutoTokenizer.from_pretrained(model_location(target, "target"), **extra)
+        return load_tokenizer(target, **{key: target_kwargs[key] for key in TOKENIZER_KWARGS if key in target_kwargs})
     if isinstance(tokenizer, (str, os.PathLike)):
-        return AutoTokenizer.from_pretrained(model_location(tokenizer, "tokenizer"))
+        return load_tokenizer(tokenizer)
     return tokenizer
