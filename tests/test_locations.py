@@ -139,3 +139,13 @@ def test_generate_rejects_bad_values_before_loading(capsys, flags, message):
         main(["generate", "--target", "/no/such/target", "--dflash", "/no/such/drafter", "--prompt", "hi", *flags])
     assert exit_status.value.code == 2
     assert re.search(message, capsys.readouterr().err)
+
+
+def test_generate_takes_the_decoding_settings():
+    from dels_hub.cli import build_parser
+
+    args = build_parser().parse_args(["generate", "--target", "T", "--dflash", "D", "--prompt", "hi", "--block-size",
+                                      "4", "--alpha", "0.5", "0.4", "0.3", "--beta", "0.2"])
+    assert (args.block_size, args.alpha, args.beta) == (4, [0.5, 0.4, 0.3], [0.2])
+    with pytest.raises(SystemExit):
+        build_parser().parse_args(["generate", "--target", "T", "--dflash", "D", "--prompt", "hi", "--block-size", "0"])
