@@ -5,6 +5,7 @@ untrained stand-in."""
 import os
 import subprocess
 import sys
+from importlib.metadata import version
 from pathlib import Path
 
 import pytest
@@ -19,8 +20,11 @@ def installed(tmp_path_factory) -> Path:
     """A non-editable install of this checkout (``pip install --target``, dependencies from the test's own
     environment), for a Python run from outside the checkout."""
     site = tmp_path_factory.mktemp("site")
-    subprocess.run([sys.executable, "-m", "pip", "install", "--quiet", "--no-deps", "--no-build-isolation",
-                    "--target", str(site), str(ROOT)], check=True, capture_output=True, timeout=600)
+    # Build with the environment's setuptools when it reads pyproject's PEP 639 license (>= 77); else let pip
+    # fetch a build backend from the package index.
+    own_backend = int(version("setuptools").split(".")[0]) >= 77
+    subprocess.run([sys.executable, "-m", "pip", "install", "--quiet", "--no-deps", "--target", str(site), str(ROOT)]
+                   + (["--no-build-isolation"] if own_backend else []), check=True, capture_output=True, timeout=600)
     return site
 
 
