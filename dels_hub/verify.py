@@ -11,6 +11,13 @@ import torch
 from .sampling import Warping, sample, warp_probs
 
 
+def accepted_prefix(draft_ids: torch.Tensor, reference_ids: torch.Tensor) -> torch.Tensor:
+    """How many leading drafts equal the reference tokens, as a 0-dim device tensor: greedy acceptance, shared by
+    the verifier (the reference is the target's argmax) and the fusion tuner's replay (the target's known
+    continuation)."""
+    return (draft_ids == reference_ids).long().cumprod(0).sum()
+
+
 def verify_greedy(draft_ids: torch.Tensor, target_logits: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     """Keep the longest prefix of drafts equal to the target's argmax, then the target's own next token.
 
@@ -23,8 +30,7 @@ def verify_greedy(draft_ids: torch.Tensor, target_logits: torch.Tensor) -> tuple
         one being the target's bonus token.
     """
     target_ids = target_logits.argmax(-1)
-    matches = draft_ids == target_ids[:-1]
-    n_accepted = matches.long().cumprod(0).sum()
+    n_accepted = accepted_prefix(draft_ids, target_ids[:-1])
     # Accepted drafts equal the target's argmax, so the argmax row already holds every committed token.
     return target_ids, n_accepted
 

@@ -25,6 +25,7 @@ from ..files import save_pretrained_atomic, write_text_atomic
 from ..fusion import fusion_weights
 from ..generation.drafting import context_features, propose
 from ..sampling import Warping
+from ..verify import accepted_prefix
 
 
 @torch.inference_mode()
@@ -59,7 +60,7 @@ def replay_acceptance(
         drafts, _ = propose(cache[start], sequence[0, start : start + 1], Warping(), None, head, log_prior,
                             alpha_k, beta_k, copy=copy)
         truth = sequence[0, start + 1 : start + block_size]
-        matches = (drafts[: truth.shape[0]] == truth).long().cumprod(0).sum().item()
+        matches = accepted_prefix(drafts[: truth.shape[0]], truth).item()
         committed = min(matches + 1, total - start - 1)
         lengths.append(committed)
         start += committed
