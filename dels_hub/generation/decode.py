@@ -168,7 +168,8 @@ def speculative_decode(
 
     # 0. Allocate once.
     state = DecodeState.allocate(target, drafter, input_ids, settings, static_cache=static_cache,
-                                 graph_draft=graph_draft, sequential=head is not None, compile=compile,
+                                 graph_draft=graph_draft,
+                                 sequential=head is not None or settings.copy_weights is not None, compile=compile,
                                  workspace={} if workspace is None else workspace)
     output, positions, verify_ids, drafts, graphed = (state.output, state.positions, state.verify_ids, state.drafts,
                                                       state.graphed)

@@ -185,7 +185,7 @@ class DeLSGenerator:
         static_cache = self._use_static_cache(fast)
         result = speculative_decode(self.target, self.drafter, input_ids, settings, head=self.head,
                                     generator=generator, streamer=streamer, static_cache=static_cache,
-                                    compile=self.compile and static_cache, workspace=self._workspace)
+                                    compile=self.compile, workspace=self._workspace)
         if not (return_dict_in_generate or config.return_dict_in_generate):
             return result.sequences
         return DeLSGenerateOutput(
@@ -215,7 +215,7 @@ class DeLSGenerator:
         if input_ids.dtype.is_floating_point or input_ids.dtype.is_complex or input_ids.dtype == torch.bool:
             raise UnsupportedInputError(f"input_ids must hold integer token ids (torch.long), got {input_ids.dtype}")
         rows = self.target.get_input_embeddings().weight.shape[0]
-        low, high = int(input_ids.min()), int(input_ids.max())
+        low, high = torch.stack([input_ids.min(), input_ids.max()]).tolist()  # one host transfer
         if low < 0 or high >= rows:
             bad = low if low < 0 else high
             raise UnsupportedInputError(f"input_ids holds token id {bad}, outside the target's embedding rows "

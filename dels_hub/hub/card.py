@@ -18,9 +18,10 @@ from pathlib import Path
 
 from huggingface_hub import ModelCard, ModelCardData
 
-from ..errors import RepoCardError
+from ..errors import ModelNotFoundError, RepoCardError
 from ..families import family_of
 from ..files import write_text_atomic
+from ..locations import is_hub_id
 
 TEMPLATES = Path(__file__).resolve().parent / "templates"  # shipped in the wheel (package data)
 TEMPLATE_FILES = {"head": "head.md.j2", "adapter": "head.md.j2", "dflash": "dflash.md.j2"}
@@ -60,10 +61,8 @@ def _read_json(path: Path) -> dict | None:
 
 
 def _is_hub_id(name: str | None) -> bool:
-    """``org/name`` that is not a local path (Hub metadata must only name Hub repos)."""
-    if not name or name.count("/") != 1 or name.startswith((".", "/", "~", PLACEHOLDER_ORG)):
-        return False
-    return not Path(name).exists()
+    """``org/name`` that is not a local path or a placeholder (Hub metadata must only name Hub repos)."""
+    return bool(name) and name.count("/") == 1 and not name.startswith(PLACEHOLDER_ORG) and is_hub_id(name)
 
 
 def _datasets(training: dict | None) -> list[str]:
@@ -239,7 +238,6 @@ def _merged(existing: ModelCard, rendered: ModelCard, path: Path) -> ModelCard:
 
 def _local_base(base: str, adapter_dir: Path) -> str | None:
     """The folder of an adapter's base head, found as the loader finds it (``adapter_base``), if it is local."""
-    from ..errors import ModelNotFoundError
     from ..loading import adapter_base
 
     if not base:

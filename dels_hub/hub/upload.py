@@ -14,6 +14,7 @@ from huggingface_hub import ModelCard
 from huggingface_hub.utils import filter_repo_objects
 
 from ..errors import RepoCardError, RepoCheckError
+from ..locations import is_hub_id
 from .card import PLACEHOLDER_ORG, repo_kind
 
 PICKLE_SUFFIXES = (".bin", ".pt", ".pth", ".pkl", ".pickle", ".ckpt")
@@ -80,17 +81,10 @@ def adapter_base_name(repo_dir: Path) -> str:
 
 def _check_adapter_base(repo_dir: Path) -> None:
     """A published adapter must name its base head by Hub id: a local path means nothing to anyone else."""
-    from huggingface_hub.utils import HFValidationError, validate_repo_id
-
     base = adapter_base_name(repo_dir)
     if not base:
         raise RepoCheckError(f"{repo_dir}/adapter_config.json has no base_model_name_or_path")
-    try:
-        validate_repo_id(base)
-        local = base.count("/") != 1 or Path(base).exists() or Path(base).parent.is_dir()
-    except HFValidationError:
-        local = True
-    if local:
+    if base.count("/") != 1 or not is_hub_id(base):
         raise RepoCheckError(
             f"{repo_dir}/adapter_config.json names its base head by the local path {base!r}, which means nothing "
             "on the Hub: publish the base head, then set base_model_name_or_path to its Hub id ORG/NAME (a base "
