@@ -1,12 +1,16 @@
 """Command-line values, checked when the command line is parsed: before any model loads.
 
 The ``argparse`` types reject a bad value with argparse's own message (``argument --max-new-tokens: ...``) and exit
-status 2, as for any malformed flag.
+status 2, as for any malformed flag. Settings dataclasses derive their flags from their fields (``option`` and
+``add_dataclass_arguments``), so a setting, its default and its help text are written once.
 """
 
 import argparse
+import dataclasses
 import json
 import math
+import types
+import typing
 
 
 def positive_int(text: str) -> int:
@@ -47,3 +51,68 @@ def json_object(text: str) -> dict:
         raise argparse.ArgumentTypeError(f"expected a JSON object such as '{{\"gguf_file\": \"m.gguf\"}}', "
                                          f"got {text!r}")
     return value
+
+
+# -- flags derived from a settings dataclass ------------------------------------------------------------------
+
+
+def option(default=dataclasses.MISSING, help: str = "", *, default_factory=dataclasses.MISSING, **flag):
+    """A dataclass field that is also a ``--flag`` (peft's ``field(metadata={"help": ...})``).
+
+    ``flag`` holds the ``add_argument`` keywords that the field's type does not imply (``action``, ``metavar``,
+    ``choices``, ``name`` for a flag spelled differently from the field, ``cli_default`` for a command-line
+    default that differs from the Python API's).
+    """
+    if "cli_default" in flag:
+        flag["default"] = flag.pop("cli_default")
+    return dataclasses.field(default=default, default_factory=default_factory, metadata={"help": help, "flag": flag})
+
+
+def field_type(annotation) -> tuple:
+    """``list[int]`` -> (list, int); ``int`` and ``int | None`` -> (int, None)."""
+    if typing.get_origin(annotation) is list:
+        return list, typing.get_args(annotation)[0]
+    if isinstance(annotation, types.UnionType):
+        kinds = [a for a in typing.get_args(annotation) if a is not type(None)]
+        if len(kinds) != 1:
+            raise TypeError(f"a field's type must be one type or one type | None, got {annotation}")
+        return field_type(kinds[0])
+    return annotation, None
+
+
+def add_dataclass_arguments(parser, config_class, *, defaults: bool = True, groups: dict | None = None) -> None:
+    """One ``--field-name`` per field of ``config_class`` that has help metadata, typed by the field.
+
+    ``defaults=False`` leaves a flag that was not given out of the namespace (``argparse.SUPPRESS``), so that a
+    recipe's value wins over the dataclass default. ``groups`` maps a field name to the argument group (a mutually
+    exclusive one, say) its flag joins; the others join ``parser``.
+    """
+    for f in dataclasses.fields(config_class):
+        if "help" not in f.metadata:
+            continue  # a setting of the Python API only (a loaded model, a progress switch)
+        flag = dict(f.metadata.get("flag", {}))
+        keywords = {"dest": f.name, "help": f.metadata["help"]}
+        if not {"action", "type", "nargs"} & flag.keys():
+            kind, item = field_type(f.type)
+            if kind is bool:
+                keywords["action"] = argparse.BooleanOptionalAction
+            elif kind is list:
+                keywords.update(nargs="*", type=item)
+            elif kind is not object:  # object: a value the Python API may also pass loaded (a model)
+                keywords["type"] = kind
+        if not defaults:
+            keywords["default"] = argparse.SUPPRESS
+            flag.pop("default", None)
+        elif f.default is not dataclasses.MISSING:
+            keywords["default"] = f.default
+        elif f.default_factory is not dataclasses.MISSING:
+            keywords["default"] = f.default_factory()
+        else:
+            keywords["required"] = True
+        keywords.update(flag)
+        shown = keywords.get("default")
+        unshown = shown is None or shown is False or shown in ([], {}, "") or "(default" in keywords["help"]
+        if defaults and not unshown and keywords.get("action") != "append":
+            keywords["help"] += f" (default: {shown})"
+        name = "--" + keywords.pop("name", f.name).replace("_", "-")
+        (groups or {}).get(f.name, parser).add_argument(name, **keywords)

@@ -1,6 +1,7 @@
 """``dels-hub bench`` on tiny random models (CPU), and its dataset loaders on the real packaged files."""
 
 import argparse
+import dataclasses
 import json
 
 import pytest
@@ -374,16 +375,22 @@ def test_cli_arguments_match_the_issue():
          "--top-p", "0.9", "--block-size", "4", "--alpha", "0.5", "--beta", "0.25", "--seed", "3", "--out", "o",
          "--score"]
     )  # fmt: skip
-    assert args.head == ["H1", "H2"] and args.num_prompts == 5 and args.block_size == 4 and args.score
+    assert args.heads == ["H1", "H2"] and args.num_prompts == 5 and args.block_size == 4 and args.score
     assert args.dflash == ["D"] and args.peers
     both = parser.parse_args(["--target", "T", "--dflash", "D1", "--dflash", "D2", "--no-peers"])
     assert both.dflash == ["D1", "D2"] and not both.peers
     assert parser.parse_args(["--target", "T", "--dflash", "D", "--peers", "prompt-lookup"]).peers == ["prompt-lookup"]
     with pytest.raises(BenchArgumentError, match=r"unknown peers \['lookahead'\]"):
         runner.BenchSettings(target="T", dflash="D", peers=("lookahead",)).validate()
-    assert runner.load_json_kwargs(args.target_kwargs) == {"gguf_file": "m.gguf"}
-    with pytest.raises(BenchArgumentError, match="JSON"):
-        runner.load_json_kwargs("{gguf_file: x}")
+    assert args.target_kwargs == {"gguf_file": "m.gguf"}
+    with pytest.raises(SystemExit) as exit_:  # argparse names the flag and exits 2, before anything loads
+        parser.parse_args(["--target", "T", "--dflash", "D", "--target-kwargs", "{gguf_file: x}"])
+    assert exit_.value.code == 2
+    # The flags are the settings' fields: every documented field has one, and the parsed values build the settings.
+    documented = {f.name for f in dataclasses.fields(runner.BenchSettings) if "help" in f.metadata}
+    assert documented == set(vars(args)) and {"tokenizer", "warmup"}.isdisjoint(vars(args))
+    settings = runner.BenchSettings(**vars(args))
+    assert (settings.dataset, settings.temperature, settings.alpha, settings.out) == ("sharegpt", 0.7, 0.5, "o")
 
 
 def test_cli_reports_invalid_settings_without_a_traceback(capsys):

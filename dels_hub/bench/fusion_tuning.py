@@ -19,6 +19,7 @@ import sys
 import torch
 from tqdm.auto import tqdm
 
+from ..arguments import json_object
 from ..copy_expert import DEFAULT_GAMMA, CopyChain, CopySettings
 from ..errors import BenchArgumentError
 from ..files import save_pretrained_atomic, write_text_atomic
@@ -130,7 +131,8 @@ def validation_sequences(
 
 def add_tune_fusion_arguments(parser: argparse.ArgumentParser) -> argparse.ArgumentParser:
     parser.add_argument("--target", required=True, help="target model: Hub id or local path")
-    parser.add_argument("--target-kwargs", default=None, metavar="JSON", help="extra from_pretrained arguments")
+    parser.add_argument("--target-kwargs", type=json_object, default={}, metavar="JSON",
+                        help="extra from_pretrained arguments of the target as JSON")
     parser.add_argument("--dflash", action="append", required=True, metavar="DFLASH",
                         help="drafter(s) the head will be fused with; repeat to tune for their mean tau")
     parser.add_argument("--head", default=None,
@@ -163,7 +165,6 @@ def tune_fusion_main(args: argparse.Namespace) -> int:
     """Grid-search (alpha, beta) and the copy expert's (n, gamma) on validation continuations; print the ranking;
     optionally save the best (alpha, beta) into the head."""
     from ..loading import load_dflash, load_head, load_target, tokenizer_for
-    from .runner import load_json_kwargs
 
     checks = [(args.num_prompts >= 1, f"--num-prompts must be >= 1, got {args.num_prompts}"),
               (args.max_new_tokens >= 2, f"--max-new-tokens must be >= 2, got {args.max_new_tokens}"),
@@ -175,7 +176,7 @@ def tune_fusion_main(args: argparse.Namespace) -> int:
         if not ok:
             raise BenchArgumentError(message)
     copies = copy_grid(args.copy_ngrams, args.copy_gammas)
-    kwargs = load_json_kwargs(args.target_kwargs)
+    kwargs = args.target_kwargs
     tokenizer = tokenizer_for(args.target, None, **kwargs)
     target = load_target(args.target, None, **kwargs)
     head = load_head(args.head).to(target.dtype).eval() if args.head is not None else None

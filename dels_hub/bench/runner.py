@@ -5,18 +5,18 @@ prompt to prompt), so machine drift and thermal state hit all rows alike. Greedy
 for token with ``target.generate``; a difference is a bug and is reported loudly, never hidden.
 """
 
-import json
 import logging
 import math
 import os
 import time
 import warnings
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass
 from pathlib import Path
 
 import torch
 from tqdm.auto import tqdm
 
+from ..arguments import json_object, option
 from ..copy_expert import DEFAULT_GAMMA, CopySettings
 from ..errors import BenchArgumentError
 from ..generation import DeLSGenerator
@@ -32,7 +32,7 @@ from .peers import (
     target_generate_row,
     transformers_dflash_row,
 )
-from .prompts import Prompt, check_dataset_name, load_prompts
+from .prompts import DATASET_NAMES, Prompt, check_dataset_name, load_prompts
 from .rows import LoopRow, Row, Sample, Sampling, plain_decoding_row
 
 logger = logging.getLogger(__name__)
@@ -49,28 +49,45 @@ class GreedyMismatchWarning(UserWarning):
 
 @dataclass
 class BenchSettings:
-    """Everything a run depends on; validated before any model is loaded or any token generated."""
+    """Everything a run depends on; validated before any model is loaded or any token generated.
 
-    target: object
-    dflash: object  # one drafter, or a list: one DFlash row and one DeLS row per head for each
-    heads: list = field(default_factory=list)
-    dataset: str = "humaneval"
-    num_prompts: int | None = None
-    max_new_tokens: int = 256
-    temperature: float = 0.0
-    top_p: float = 1.0
-    block_size: int | None = None
-    alpha: float | None = None
-    beta: float | None = None
-    copy_ngram: int = 0  # above 0: a "+ copy" row beside every DFlash and DeLS row (the copy expert on)
-    copy_gamma: float = DEFAULT_GAMMA
-    seed: int = 0
-    out: str | None = None
-    score: bool = False
-    target_kwargs: dict = field(default_factory=dict)
-    tokenizer: object = None
-    device: str | None = None
-    peers: bool | tuple = True  # True: every peer in PEERS, False: none, or a selection of PEERS' names
+    The fields with help text are also the flags of ``dels-hub bench`` (``bench/cli.py`` derives them).
+    """
+
+    target: object = option(help="target model: Hub id, local path or pkg:PACKAGE (shipped in a Python package)")
+    dflash: object = option(  # one drafter, or a list: one DFlash row and one DeLS row per head for each
+        help="DFlash drafter: Hub id or local path (z-lab format); repeat to compare drafters, each with every head",
+        action="append", metavar="DFLASH",
+    )  # fmt: skip
+    heads: list = option(default_factory=list, name="head", action="append", metavar="HEAD",
+                         help="DeLS local head (Hub id or local path); repeat to compare heads, one DeLS row each")
+    target_kwargs: dict = option(default_factory=dict, type=json_object, metavar="JSON",
+                                 help='extra from_pretrained arguments of the target as JSON, e.g. '
+                                      '\'{"gguf_file": "model.gguf"}\'')
+    dataset: str = option("humaneval", f"prompts: one of {', '.join(DATASET_NAMES)}")
+    num_prompts: int | None = option(None, "a seeded random subset of N prompts, kept in dataset order (default: all)",
+                                     metavar="N")
+    max_new_tokens: int = option(256, "per turn", metavar="M")
+    temperature: float = option(0.0, "0 is greedy, and checks token equality")
+    top_p: float = option(1.0, "nucleus sampling mass when temperature > 0")
+    block_size: int | None = option(None, "verify width of the speculative rows (default: the drafter's block size)",
+                                    metavar="B")
+    alpha: float | None = option(None, "fusion alpha of the DeLS rows (default: the head's)")
+    beta: float | None = option(None, "fusion beta of the DeLS rows (default: the head's)")
+    copy_ngram: int = option(0, "above 0: add a '+ copy' row beside every DFlash and DeLS row, the copy expert with "
+                             "matches of up to N tokens", metavar="N")
+    copy_gamma: float = option(DEFAULT_GAMMA, "the copy expert's gamma at a full-length match", metavar="G")
+    seed: int = option(0, "prompt subset and sampling seed")
+    out: str | None = option(None, "where results.json, results.md, samples.jsonl and the PNGs go (the Python "
+                             "API's None writes nothing)", cli_default="bench-out", metavar="DIR")
+    score: bool = option(False, "also measure HumanEval pass@1 per row (runs model-written code; needs "
+                         "HF_ALLOW_CODE_EVAL=1)")
+    tokenizer: object = None  # a loaded tokenizer (default: the target's)
+    device: str | None = option(None, "where the models run (default: cuda when there is one, else cpu)")
+    peers: bool | tuple = option(  # True: every peer in PEERS, False: none, or a selection of PEERS' names
+        True, f"the transformers rows to run, some of {', '.join(PEERS)} (default: all)",
+        nargs="+", choices=PEERS, cli_default=list(PEERS), metavar="PEER",
+    )  # fmt: skip
     warmup: bool = True
     progress: bool = True
 
@@ -523,15 +540,3 @@ def run_bench(target, dflash, heads=(), **options) -> dict:
 
         results["files"] = write_report(results, runs, prompts, settings.out)
     return results
-
-
-def load_json_kwargs(text: str | None) -> dict:
-    if not text:
-        return {}
-    try:
-        value = json.loads(text)
-    except json.JSONDecodeError as error:
-        raise BenchArgumentError(f"--target-kwargs is not valid JSON ({error}): {text!r}") from error
-    if not isinstance(value, dict):
-        raise BenchArgumentError(f"--target-kwargs must be a JSON object, got {text!r}")
-    return value

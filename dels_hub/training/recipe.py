@@ -11,18 +11,12 @@ import dataclasses
 import math
 import re
 import tomllib
-import types
 import typing
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from ..arguments import add_dataclass_arguments, field_type, option
 from ..errors import RecipeError
-
-
-def _f(default, help: str):
-    """A dataclass field with its CLI help text (peft's ``field(metadata={"help": ...})``)."""
-    return field(default=default, metadata={"help": help})
-
 
 
 @dataclass
@@ -30,56 +24,58 @@ class TrainConfig:
     """What both training loops share: data, blocks, optimisation, bookkeeping."""
 
     # I/O
-    output_dir: str = _f("out", "where checkpoints/, train_log.jsonl and the final model go")
-    resume: bool = _f(True, "continue from the newest checkpoint in output_dir/checkpoints if there is one (its "
-                      "configuration must be this one)")
-    overwrite: bool = _f(False, "train into an output_dir that holds another run's model, log or checkpoints: "
-                         "they are replaced (without it, such a folder is refused)")
+    output_dir: str = option("out", "where checkpoints/, train_log.jsonl and the final model go")
+    resume: bool = option(True, "continue from the newest checkpoint in output_dir/checkpoints if there is one (its "
+                          "configuration must be this one)")
+    overwrite: bool = option(False, "train into an output_dir that holds another run's model, log or checkpoints: "
+                             "they are replaced (without it, such a folder is refused)")
     # data
     data: list[str] = field(
         default_factory=list,
         metadata={"help": "training sources, read in order: local files or folders (json, jsonl, parquet, csv, txt), "
                   "Hub dataset ids, sharegpt:train, pysrc:stdlib or pysrc:PACKAGE (Python sources on the machine)"},
     )
-    data_split: str = _f("train", "split to read from a Hub id or folder")
-    data_format: str = _f("auto", "auto | chat | text: chat renders a messages column with the chat template")
-    text_field: str = _f("text", "column holding plain text (text format)")
-    messages_field: str = _f("", "column holding the conversation; empty = first of messages, conversations")
+    data_split: str = option("train", "split to read from a Hub id or folder")
+    data_format: str = option("auto", "auto | chat | text: chat renders a messages column with the chat template")
+    text_field: str = option("text", "column holding plain text (text format)")
+    messages_field: str = option("", "column holding the conversation; empty = first of messages, conversations")
     eval_data: list[str] = field(
         default_factory=list,
         metadata={"help": "held-out sources (sharegpt:validation, pysrc:stdlib:validation, files); empty = "
                   "sharegpt:validation for sharegpt:train, else the last eval_examples of data (then not trained on)"},
     )
-    eval_examples: int = _f(32, "held-out sequences used for the periodic evaluation, from each eval_data source")
-    max_examples: int = _f(0, "read at most this many records of each training source (0 = all)")
-    long_chats: str = _f("truncate", "truncate | windows: a conversation longer than max_length is cut to it, or "
-                         "cut into max_length windows so that every turn is trained on")
-    record_pattern: str = _f("", "keep only records whose text matches this regular expression, in the training "
-                             "and the eval data (a domain slice: '```python' keeps conversations with Python code)")
-    max_length: int = _f(2048, "tokens per sequence; chat is truncated, plain text cut into windows")
+    eval_examples: int = option(32, "held-out sequences used for the periodic evaluation, from each eval_data source")
+    max_examples: int = option(0, "read at most this many records of each training source (0 = all)")
+    long_chats: str = option("truncate", "truncate | windows: a conversation longer than max_length is cut to it, or "
+                             "cut into max_length windows so that every turn is trained on")
+    record_pattern: str = option("", "keep only records whose text matches this regular expression, in the "
+                                 "training and the eval data (a domain slice: '```python' keeps conversations "
+                                 "with Python code)")
+    max_length: int = option(2048, "tokens per sequence; chat is truncated, plain text cut into windows")
     # blocks and loss
-    block_size: int = _f(16, "block size: slot 0 is the anchor, slots 1..bs-1 are supervised")
-    gamma: float = _f(7.0, "loss weight exp(-(k-1)/gamma) at slot k (DFlash: 7 for bs16, 5 for bs10, 4 for bs8)")
-    anchors_per_seq: int = _f(64, "anchors sampled per sequence per step, without replacement")
+    block_size: int = option(16, "block size: slot 0 is the anchor, slots 1..bs-1 are supervised")
+    gamma: float = option(7.0, "loss weight exp(-(k-1)/gamma) at slot k (DFlash: 7 for bs16, 5 for bs10, 4 for bs8)")
+    anchors_per_seq: int = option(64, "anchors sampled per sequence per step, without replacement")
     # optimisation
-    batch_size: int = _f(4, "sequences per process per micro-step")
-    grad_accum: int = _f(1, "micro-steps per optimizer step")
-    max_steps: int = _f(1000, "optimizer steps")
-    lr: float = _f(6e-4, "peak learning rate (AdamW)")
-    warmup_ratio: float = _f(0.04, "fraction of max_steps of linear warm-up")
-    min_lr_ratio: float = _f(0.1, "the cosine decays to lr * min_lr_ratio")
-    weight_decay: float = _f(0.0, "AdamW weight decay")
-    grad_clip: float = _f(1.0, "clip the global gradient norm (0 = off)")
-    precision: str = _f("fp32", "fp32 | bf16 (autocast; master weights stay fp32) | auto (bf16 where the hardware has "
-                        "fast bf16 matmuls: a CUDA GPU that supports it, a CPU with AVX512-BF16 or AMX; else fp32)")
-    save_dtype: str = _f("fp32", "fp32 | bf16 weights in the saved model (bf16 halves a Hub repo; buffers such as "
-                         "the unigram counts stay fp32)")
-    seed: int = _f(42, "seeds the init, the data order, the anchors and the peek reveals")
+    batch_size: int = option(4, "sequences per process per micro-step")
+    grad_accum: int = option(1, "micro-steps per optimizer step")
+    max_steps: int = option(1000, "optimizer steps")
+    lr: float = option(6e-4, "peak learning rate (AdamW)")
+    warmup_ratio: float = option(0.04, "fraction of max_steps of linear warm-up")
+    min_lr_ratio: float = option(0.1, "the cosine decays to lr * min_lr_ratio")
+    weight_decay: float = option(0.0, "AdamW weight decay")
+    grad_clip: float = option(1.0, "clip the global gradient norm (0 = off)")
+    precision: str = option("fp32", "fp32 | bf16 (autocast; master weights stay fp32) | auto (bf16 where the "
+                            "hardware has fast bf16 matmuls: a CUDA GPU that supports it, a CPU with AVX512-BF16 or "
+                            "AMX; else fp32)")
+    save_dtype: str = option("fp32", "fp32 | bf16 weights in the saved model (bf16 halves a Hub repo; buffers such as "
+                             "the unigram counts stay fp32)")
+    seed: int = option(42, "seeds the init, the data order, the anchors and the peek reveals")
     # bookkeeping
-    log_every: int = _f(10, "steps between loss/tokens-per-second log lines")
-    eval_every: int = _f(100, "steps between evaluations of per-position accuracy (0 = only at the end)")
-    save_every: int = _f(100, "steps between resumable checkpoints")
-    keep_checkpoints: int = _f(2, "newest checkpoints kept on disk")
+    log_every: int = option(10, "steps between loss/tokens-per-second log lines")
+    eval_every: int = option(100, "steps between evaluations of per-position accuracy (0 = only at the end)")
+    save_every: int = option(100, "steps between resumable checkpoints")
+    keep_checkpoints: int = option(2, "newest checkpoints kept on disk")
 
     def __post_init__(self):
         choices = {
@@ -153,14 +149,14 @@ class HeadTrainConfig(TrainConfig):
 
     KIND: typing.ClassVar[str] = "head"  # a recipe's `kind`, and the `dels-hub train-head` command
 
-    tokenizer: str = _f("", "tokenizer path or Hub id, pkg:PACKAGE for a file shipped in a Python package, "
-                        "or family:NAME for a family's offline tokenizer (dels-hub families)")
-    gguf_file: str = _f("", "read the tokenizer from this GGUF file inside `tokenizer`")
-    family: str = _f("", "tokenizer family name stored in the fingerprint (default: the tokenizer's name)")
-    embedding_rank: int = _f(256, "width of the factorized input embedding (reference 256)")
-    hidden_size: int = _f(1024, "GRU state width (reference 1024)")
-    output_rank: int = _f(256, "width of the low-rank output projection (reference 256)")
-    unigram_smoothing: float = _f(1.0, "add-k constant of the stored unigram prior")
+    tokenizer: str = option("", "tokenizer path or Hub id, pkg:PACKAGE for a file shipped in a Python package, "
+                            "or family:NAME for a family's offline tokenizer (dels-hub families)")
+    gguf_file: str = option("", "read the tokenizer from this GGUF file inside `tokenizer`")
+    family: str = option("", "tokenizer family name stored in the fingerprint (default: the tokenizer's name)")
+    embedding_rank: int = option(256, "width of the factorized input embedding (reference 256)")
+    hidden_size: int = option(1024, "GRU state width (reference 1024)")
+    output_rank: int = option(256, "width of the low-rank output projection (reference 256)")
+    unigram_smoothing: float = option(1.0, "add-k constant of the stored unigram prior")
     alpha: list[float] = field(
         default_factory=lambda: [0.3],
         metadata={"help": "fusion weight of the head's logits (one value or one per fused position)"},
@@ -168,10 +164,10 @@ class HeadTrainConfig(TrainConfig):
     beta: list[float] = field(
         default_factory=lambda: [0.3], metadata={"help": "fusion weight of the unigram prior correction (idem)"}
     )
-    pure_prefix_len: int = _f(1, "leading draft positions taken from DFlash alone")
-    init_from: str = _f("", "start from this head (path or Hub id) instead of random weights")
-    lora_rank: int = _f(0, "> 0: fine-tune init_from with PEFT LoRA of this rank instead of all weights")
-    lora_alpha: float = _f(16.0, "LoRA scaling numerator")
+    pure_prefix_len: int = option(1, "leading draft positions taken from DFlash alone")
+    init_from: str = option("", "start from this head (path or Hub id) instead of random weights")
+    lora_rank: int = option(0, "> 0: fine-tune init_from with PEFT LoRA of this rank instead of all weights")
+    lora_alpha: float = option(16.0, "LoRA scaling numerator")
     lora_targets: list[str] = field(
         default_factory=lambda: ["input_gates", "hidden_gates", "rank_proj"], metadata={"help": "modules LoRA adapts"}
     )
@@ -201,29 +197,29 @@ class DFlashTrainConfig(TrainConfig):
 
     KIND: typing.ClassVar[str] = "dflash"  # a recipe's `kind`, and the `dels-hub train-dflash` command
 
-    target: str = _f("", "target causal LM: path, Hub id or pkg:PACKAGE")
-    gguf_file: str = _f("", "load the target (and its tokenizer) from this GGUF file inside `target`")
-    num_layers: int = _f(5, "draft decoder layers (paper: 5)")
+    target: str = option("", "target causal LM: path, Hub id or pkg:PACKAGE")
+    gguf_file: str = option("", "load the target (and its tokenizer) from this GGUF file inside `target`")
+    num_layers: int = option(5, "draft decoder layers (paper: 5)")
     target_layer_ids: list[int] = field(
         default_factory=list,
         metadata={"help": "target layers whose outputs feed the drafter; empty = the z-lab spread for num_features"},
     )
-    num_features: int = _f(0, "with empty target_layer_ids: spread this many layers (0 = num_layers)")
-    labels: str = _f("text", "text | target: supervise slot k with the text's token, or with the target's greedy "
-                     "token from the same teacher-forced forward, where the text agrees with the target at slots "
-                     "1..k-1 (exact labels from any text: training/labels.py)")
-    mask_token_id: int = _f(-1, "id whose (frozen) target embedding fills the masked slots; -1 = the first "
-                            "embedding row past the tokenizer, if the embedding is padded")
-    intermediate_size: int = _f(0, "MLP width of the draft layers (0 = the target's)")
-    feature_cache: str = _f("", "folder caching target features per training sequence (pays when the data is "
-                            "read more than once, and on CPU)")
-    peek: bool = _f(False, "block-level peeking: reveal ground-truth block tokens to intermediate layers")
-    peek_max_ratio: float = _f(0.5, "reveal probability at the deepest peeking layer at step 0, before the "
-                               "accuracy factor")
-    peek_anneal: float = _f(0.75, "the reveal ratio reaches zero at this fraction of max_steps")
-    peek_ema: float = _f(0.9, "smoothing of the per-layer accuracy that lowers the reveal ratio")
-    init_from: str = _f("", "continue from this drafter (path or Hub id) instead of random weights: a new "
-                        "schedule over its weights; its shape must match the recipe's")
+    num_features: int = option(0, "with empty target_layer_ids: spread this many layers (0 = num_layers)")
+    labels: str = option("text", "text | target: supervise slot k with the text's token, or with the target's greedy "
+                         "token from the same teacher-forced forward, where the text agrees with the target at slots "
+                         "1..k-1 (exact labels from any text: training/labels.py)")
+    mask_token_id: int = option(-1, "id whose (frozen) target embedding fills the masked slots; -1 = the first "
+                                "embedding row past the tokenizer, if the embedding is padded")
+    intermediate_size: int = option(0, "MLP width of the draft layers (0 = the target's)")
+    feature_cache: str = option("", "folder caching target features per training sequence (pays when the data is "
+                                "read more than once, and on CPU)")
+    peek: bool = option(False, "block-level peeking: reveal ground-truth block tokens to intermediate layers")
+    peek_max_ratio: float = option(0.5, "reveal probability at the deepest peeking layer at step 0, before the "
+                                   "accuracy factor")
+    peek_anneal: float = option(0.75, "the reveal ratio reaches zero at this fraction of max_steps")
+    peek_ema: float = option(0.9, "smoothing of the per-layer accuracy that lowers the reveal ratio")
+    init_from: str = option("", "continue from this drafter (path or Hub id) instead of random weights: a new "
+                            "schedule over its weights; its shape must match the recipe's")
 
     def __post_init__(self):
         super().__post_init__()
@@ -244,28 +240,10 @@ class DFlashTrainConfig(TrainConfig):
 # -- building a config from a recipe and flags ---------------------------------------------------------------
 
 
-def _base_type(annotation):
-    """``list[int]`` -> (list, int); ``int`` -> (int, None)."""
-    if typing.get_origin(annotation) is list:
-        return list, typing.get_args(annotation)[0]
-    if isinstance(annotation, types.UnionType):
-        raise TypeError(f"union field types are not supported: {annotation}")
-    return annotation, None
-
-
 def add_config_arguments(parser: argparse.ArgumentParser, config_class) -> None:
     """``--recipe`` plus one ``--field-name`` per dataclass field (default: absent, so the recipe wins)."""
     parser.add_argument("--recipe", help="TOML recipe file (see recipes/); flags override its values")
-    for f in dataclasses.fields(config_class):
-        kind, item = _base_type(f.type)
-        flag = "--" + f.name.replace("_", "-")
-        common = {"dest": f.name, "default": argparse.SUPPRESS, "help": f.metadata.get("help", "")}
-        if kind is bool:
-            parser.add_argument(flag, action=argparse.BooleanOptionalAction, **common)
-        elif kind is list:
-            parser.add_argument(flag, nargs="*", type=item, **common)
-        else:
-            parser.add_argument(flag, type=kind, **common)
+    add_dataclass_arguments(parser, config_class, defaults=False)
 
 
 def resolve_config(config_class, args: argparse.Namespace):
@@ -297,7 +275,7 @@ def read_recipe(config_class, path) -> dict:
     if unknown:
         raise RecipeError(f"unknown recipe keys {unknown} in {str(path)!r} for {config_class.__name__}")
     for name, value in values.items():
-        kind, item = _base_type(fields[name].type)
+        kind, item = field_type(fields[name].type)
         if kind is list and not isinstance(value, list):
             value = values[name] = [value]
         if kind is float and isinstance(value, int) and not isinstance(value, bool):

@@ -14,29 +14,30 @@ from pathlib import Path
 import torch
 from tqdm.auto import tqdm
 
+from ..arguments import option
 from ..errors import RecipeError
 from ..files import write_text_atomic
 from ..loading import load_target, tokenizer_for
 from .data import load_records, normalize_messages, record_kind
-from .recipe import _f, add_config_arguments, resolve_config
+from .recipe import add_config_arguments, resolve_config
 
 
 @dataclass
 class RegenerateConfig:
-    target: str = _f("", "target causal LM: path, Hub id or pkg:PACKAGE")
-    gguf_file: str = _f("", "load the target and its tokenizer from this GGUF file inside `target`")
-    data: str = _f("", "chat data: local file or folder, Hub dataset id, or sharegpt:train")
-    data_split: str = _f("train", "split to read from a Hub id or folder")
-    messages_field: str = _f("", "column holding the conversation; empty = first of messages, conversations")
-    output: str = _f("", "JSONL file to write (appended to, batch by batch)")
-    max_examples: int = _f(0, "regenerate at most this many conversations (0 = all)")
-    batch_size: int = _f(8, "conversations answered together")
-    max_new_tokens: int = _f(512, "longest regenerated answer")
-    max_answers: int = _f(0, "regenerate at most this many assistant turns per conversation (0 = all)")
-    max_prompt_length: int = _f(2048, "stop a conversation at the turn whose prompt exceeds this many tokens")
-    temperature: float = _f(0.0, "0 = greedy; > 0 samples at this temperature")
-    seed: int = _f(0, "seed of the sampling")
-    precision: str = _f("fp32", "fp32 | bf16 weights of the target")
+    target: str = option("", "target causal LM: path, Hub id or pkg:PACKAGE")
+    gguf_file: str = option("", "load the target and its tokenizer from this GGUF file inside `target`")
+    data: str = option("", "chat data: local file or folder, Hub dataset id, or sharegpt:train")
+    data_split: str = option("train", "split to read from a Hub id or folder")
+    messages_field: str = option("", "column holding the conversation; empty = first of messages, conversations")
+    output: str = option("", "JSONL file to write (appended to, batch by batch)")
+    max_examples: int = option(0, "regenerate at most this many conversations (0 = all)")
+    batch_size: int = option(8, "conversations answered together")
+    max_new_tokens: int = option(512, "longest regenerated answer")
+    max_answers: int = option(0, "regenerate at most this many assistant turns per conversation (0 = all)")
+    max_prompt_length: int = option(2048, "stop a conversation at the turn whose prompt exceeds this many tokens")
+    temperature: float = option(0.0, "0 = greedy; > 0 samples at this temperature")
+    seed: int = option(0, "seed of the sampling")
+    precision: str = option("fp32", "fp32 | bf16 weights of the target")
 
     def __post_init__(self):
         for name in ("target", "data", "output"):
