@@ -76,42 +76,49 @@ class CopySettings:
 
 
 class CopyChain:
-    """One block's matches against the committed tokens: built from the anchor, extended by each draft.
+    """One block's matches against the committed tokens of each row: built from the anchor, extended by each draft.
 
     Args:
-        tokens: ``[T]`` the token buffer; positions ``0..anchor`` are committed, the rest is never read.
-        anchor: position of the block's anchor, a host int or a 0-dim device tensor (the compiled step's).
+        tokens: ``[B, T]`` the token buffer, one row per sequence; positions ``0..anchor`` of a row are committed,
+            the rest is never read.
+        anchor: ``[B]`` each row's anchor position, a device tensor (or a host int shared by every row).
         weights: ``[n + 1]`` gamma by match length, from ``CopySettings.weights``.
     """
 
     def __init__(self, tokens: torch.Tensor, anchor, weights: torch.Tensor):
         self.tokens, self.weights = tokens, weights
         self.max_ngram = weights.shape[0] - 1
-        size = tokens.shape[0]
+        rows, size = tokens.shape
+        if isinstance(anchor, torch.Tensor):
+            anchor = anchor.view(-1, 1).expand(rows, 1)  # [B, 1]
+        else:  # a fill, not a host-to-device copy
+            anchor = torch.full((rows, 1), anchor, dtype=torch.long, device=tokens.device)
         self.positions = torch.arange(size, device=tokens.device)
         # j may end a match only if the token after it is committed: j + 1 <= anchor.
         self.candidates = self.positions < anchor
-        padded = torch.cat([tokens.new_full((self.max_ngram,), -1), tokens])  # padded[n + i] == tokens[i]
+        padded = torch.cat([tokens.new_full((rows, self.max_ngram), -1), tokens], dim=1)  # [:, n + i] == [:, i]
         offsets = torch.arange(self.max_ngram, device=tokens.device)
-        suffix = tokens[(anchor - offsets).clamp(min=0)]  # anchor, anchor - 1, ... (clamped rows never count)
+        suffix = tokens.gather(1, (anchor - offsets).clamp(min=0))  # anchor, anchor - 1, ... (clamped never count)
         run = self.candidates.clone()
-        matches = torch.zeros(size, dtype=torch.long, device=tokens.device)
+        matches = torch.zeros((rows, size), dtype=torch.long, device=tokens.device)
         for t in range(self.max_ngram):
-            shifted = padded[self.max_ngram - t : self.max_ngram - t + size]  # tokens[j - t], -1 before 0
-            run = run & (shifted == suffix[t]) & (anchor >= t)
+            shifted = padded[:, self.max_ngram - t : self.max_ngram - t + size]  # tokens[j - t], -1 before 0
+            run = run & (shifted == suffix[:, t : t + 1]) & (anchor >= t)
             matches = matches + run
         self.matches = matches
 
     def vote(self, logits: torch.Tensor) -> torch.Tensor:
-        """``logits [V]`` (float32) plus gamma(m) on the token that followed the longest, most recent match."""
-        size = self.tokens.shape[0]
-        # gather with [1] indices, not x[0-dim tensor]: on CUDA a 0-dim index is read on the host (a sync).
-        best = (self.matches * size + self.positions).argmax().view(1)
-        copied = self.tokens.gather(0, (best + 1).clamp(max=size - 1))
-        return logits.index_add(0, copied, self.weights.gather(0, self.matches.gather(0, best)))
+        """``logits [B, V]`` (float32) plus gamma(m) on the token that followed each row's longest, most recent
+        match."""
+        size = self.tokens.shape[1]
+        # gather with index tensors, never x[0-dim tensor]: on CUDA a 0-dim index is read on the host (a sync).
+        best = (self.matches * size + self.positions).argmax(-1, keepdim=True)  # [B, 1]
+        copied = self.tokens.gather(1, (best + 1).clamp(max=size - 1))
+        return logits.scatter_add(1, copied, self.weights[self.matches.gather(1, best)])
 
     def extend(self, token: torch.Tensor) -> None:
-        """The chain grew by ``token`` (a drafted id): matches ending at j continue where ``c[j]`` equals it."""
-        previous = torch.cat([self.matches.new_zeros(1), self.matches[:-1]])
+        """Each row's chain grew by ``token [B]`` (its drafted id): matches ending at j continue where ``c[j]``
+        equals it."""
+        previous = torch.cat([self.matches.new_zeros((self.matches.shape[0], 1)), self.matches[:, :-1]], dim=1)
         grown = (previous + 1).clamp(max=self.max_ngram)
-        self.matches = torch.where(self.candidates & (self.tokens == token), grown, 0)
+        self.matches = torch.where(self.candidates & (self.tokens == token.unsqueeze(1)), grown, 0)

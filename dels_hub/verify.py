@@ -1,9 +1,10 @@
 """Lossless verification of a drafted block, and what of it is committed. Convention (Leviathan et al.):
 p = target, q = draft.
 
-Both verifiers are pure and vectorized: they return the committed tokens and the number of accepted drafts as
-device tensors, and ``commit_count`` packs the accepted count with the first stop position into the block's one
-device-to-host transfer (``to_host``, the only one the decode loop makes besides the prefill's ``is_stop``).
+Both verifiers are pure and vectorized over any leading batch dimensions (one row per sequence of a batch): they
+return the committed tokens and the number of accepted drafts as device tensors, and ``commit_count`` packs every
+row's committed count with its stop into the block's one device-to-host transfer (``to_host``, the only one the
+decode loop makes besides the prefill's ``is_stop``).
 """
 
 import torch
@@ -15,22 +16,22 @@ def accepted_prefix(draft_ids: torch.Tensor, reference_ids: torch.Tensor) -> tor
     """How many leading drafts equal the reference tokens, as a 0-dim device tensor: greedy acceptance, shared by
     the verifier (the reference is the target's argmax) and the fusion tuner's replay (the target's known
     continuation)."""
-    return (draft_ids == reference_ids).long().cumprod(0).sum()
+    return (draft_ids == reference_ids).long().cumprod(-1).sum(-1)
 
 
 def verify_greedy(draft_ids: torch.Tensor, target_logits: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     """Keep the longest prefix of drafts equal to the target's argmax, then the target's own next token.
 
     Args:
-        draft_ids: ``[k]`` drafted tokens d_1..d_k.
-        target_logits: ``[k + 1, V]`` target logits at the anchor and at each draft.
+        draft_ids: ``[..., k]`` drafted tokens d_1..d_k.
+        target_logits: ``[..., k + 1, V]`` target logits at the anchor and at each draft.
 
     Returns:
-        ``(tokens [k + 1], n_accepted [])``: the committed tokens are ``tokens[:n_accepted + 1]``, the last
-        one being the target's bonus token.
+        ``(tokens [..., k + 1], n_accepted [...])``: the committed tokens are ``tokens[:n_accepted + 1]``, the
+        last one being the target's bonus token.
     """
     target_ids = target_logits.argmax(-1)
-    n_accepted = accepted_prefix(draft_ids, target_ids[:-1])
+    n_accepted = accepted_prefix(draft_ids, target_ids[..., :-1])
     # Accepted drafts equal the target's argmax, so the argmax row already holds every committed token.
     return target_ids, n_accepted
 
@@ -47,30 +48,30 @@ def verify_rejection(
     normalize(max(0, p_i - q_i)); if every draft is accepted draw the bonus from p_{k+1}.
 
     Args:
-        draft_ids: ``[k]`` drafts, each sampled from its row of ``q_draft``.
-        q_draft: ``[k, V]`` draft distributions (warped, float32).
-        p_target: ``[k + 1, V]`` target distributions (warped the same way, float32).
+        draft_ids: ``[..., k]`` drafts, each sampled from its row of ``q_draft``.
+        q_draft: ``[..., k, V]`` draft distributions (warped, float32).
+        p_target: ``[..., k + 1, V]`` target distributions (warped the same way, float32).
 
     Returns:
-        ``(tokens [k + 1], n_accepted [])`` as in ``verify_greedy``.
+        ``(tokens [..., k + 1], n_accepted [...])`` as in ``verify_greedy``.
     """
-    k = draft_ids.shape[0]
+    k = draft_ids.shape[-1]
     index = draft_ids.unsqueeze(-1)
-    p_of_draft = p_target[:k].gather(-1, index).squeeze(-1)
+    p_of_draft = p_target[..., :k, :].gather(-1, index).squeeze(-1)
     q_of_draft = q_draft.gather(-1, index).squeeze(-1)
-    uniform = torch.rand(k, device=draft_ids.device, generator=generator)
+    uniform = torch.rand(draft_ids.shape, device=draft_ids.device, generator=generator)
     accepted = uniform * q_of_draft <= p_of_draft  # u <= p/q without dividing by a zero q
-    n_accepted = accepted.long().cumprod(0).sum()
+    n_accepted = accepted.long().cumprod(-1).sum(-1)
 
-    residual = (p_target[:k] - q_draft).clamp_min(0.0)
+    residual = (p_target[..., :k, :] - q_draft).clamp_min(0.0)
     mass = residual.sum(-1, keepdim=True)
     # p == q leaves no residual mass; rejection then has probability zero, and p is the right fallback.
-    residual = torch.where(mass > 0, residual / mass.clamp_min(1e-30), p_target[:k])
-    replacement = sample(torch.cat([residual, p_target[k:]]), generator)  # [k + 1]
+    residual = torch.where(mass > 0, residual / mass.clamp_min(1e-30), p_target[..., :k, :])
+    replacement = sample(torch.cat([residual, p_target[..., k:, :]], dim=-2), generator)  # [..., k + 1]
 
     positions = torch.arange(k + 1, device=draft_ids.device)
-    padded_drafts = torch.cat([draft_ids, draft_ids.new_zeros(1)])
-    tokens = torch.where(positions < n_accepted, padded_drafts, replacement)
+    padded_drafts = torch.cat([draft_ids, draft_ids.new_zeros(draft_ids.shape[:-1] + (1,))], dim=-1)
+    tokens = torch.where(positions < n_accepted.unsqueeze(-1), padded_drafts, replacement)
     return tokens, n_accepted
 
 
@@ -80,7 +81,7 @@ def verify_block(warping: Warping, drafts: torch.Tensor, q, logits: torch.Tensor
     if warping.greedy:
         return verify_greedy(drafts, logits)
     p = warp_probs(logits, warping)
-    return verify_rejection(drafts, p[:0] if q is None else q, p, generator)
+    return verify_rejection(drafts, p[..., :0, :] if q is None else q, p, generator)
 
 
 def to_host(values: torch.Tensor) -> list:
@@ -89,22 +90,26 @@ def to_host(values: torch.Tensor) -> list:
     return values.tolist()
 
 
-def is_stop(token: torch.Tensor, stop_ids: torch.Tensor) -> bool:
-    """Whether the prefill's first token ``[1]`` is a stop token: the prefill's one host transfer."""
-    (stopped,) = to_host(torch.isin(token, stop_ids))
-    return stopped
+def is_stop(tokens: torch.Tensor, stop_ids: torch.Tensor) -> list[bool]:
+    """Which of the prefill's first tokens ``[B]`` are stop tokens: the prefill's one host transfer."""
+    return to_host(torch.isin(tokens, stop_ids))
 
 
-def commit_count(tokens, n_accepted, stop_ids, block_index, budget: int) -> tuple[int, bool]:
-    """How many of a verified block's ``tokens`` are committed, and whether generation stops.
+def commit_count(tokens, n_accepted, stop_ids, block_index, budget: torch.Tensor) -> tuple:
+    """How many of each row's verified ``tokens [B, block_size]`` are committed, and which rows stop.
 
-    Accepted drafts plus the bonus, cut after the first stop token among them and at ``budget`` (new tokens still
-    allowed). This is the block's one device-to-host transfer: the accepted count and the stop position travel
+    Accepted drafts plus the bonus, cut after the first stop token among them and at ``budget [B]`` (new tokens
+    each row may still add). This is the block's one device-to-host transfer: the counts and the stops travel
     together.
+
+    Returns:
+        ``(n_commit [B] on the device, n_commit as a host list, stopped as a host list)``; a row stops on a stop
+        token, not on its budget (the loop counts that itself).
     """
     block_size = block_index.shape[0]
-    is_stop_token = torch.isin(tokens, stop_ids) & (block_index <= n_accepted)
-    first_stop = torch.where(is_stop_token, block_index, block_size).min()
-    n_accepted, stop_at = to_host(torch.stack([n_accepted, first_stop]))
-    stopped = stop_at < block_size
-    return min(stop_at + 1 if stopped else n_accepted + 1, budget), stopped
+    is_stop_token = torch.isin(tokens, stop_ids) & (block_index <= n_accepted.unsqueeze(-1))
+    first_stop = torch.where(is_stop_token, block_index, block_size).amin(-1)
+    stopped = first_stop < block_size
+    n_commit = torch.where(stopped, first_stop, n_accepted).add(1).minimum(budget)
+    counts, stops = to_host(torch.stack([n_commit, stopped.long()]))
+    return n_commit, counts, [bool(stop) for stop in stops]

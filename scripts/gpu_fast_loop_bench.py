@@ -88,7 +88,7 @@ def oracle(k: int, device):
     accepted = torch.tensor(k, device=device)
 
     def verify(draft_ids, target_logits):
-        return target_logits.argmax(-1), accepted.clamp_max(draft_ids.shape[0])
+        return target_logits.argmax(-1), accepted.clamp_max(draft_ids.shape[-1]).expand(draft_ids.shape[:-1])
 
     return verify
 

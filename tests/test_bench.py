@@ -130,8 +130,9 @@ def test_greedy_rows_agree_token_for_token(greedy_run):
 
 def accept_everything(draft_ids, target_logits):
     """A broken greedy verifier: accepts every draft, right or wrong, plus the target's bonus token."""
-    bonus = target_logits[-1].argmax(-1, keepdim=True)
-    return torch.cat([draft_ids, bonus]), torch.tensor(draft_ids.shape[0], device=draft_ids.device)
+    bonus = target_logits[..., -1:, :].argmax(-1)
+    every = torch.full(draft_ids.shape[:-1], draft_ids.shape[-1], device=draft_ids.device)
+    return torch.cat([draft_ids, bonus], dim=-1), every
 
 
 def test_broken_row_is_reported_as_mismatch(models, chat_tokenizer, jsonl_dataset, tmp_path, monkeypatch):
@@ -159,6 +160,31 @@ def test_broken_row_is_reported_as_mismatch(models, chat_tokenizer, jsonl_datase
     monkeypatch.setattr(cli, "run_bench", lambda *args, **kwargs: results)
     args = add_bench_arguments(argparse.ArgumentParser()).parse_args(["--target", "t", "--dflash", "d"])
     assert cli.bench_main(args) == 1
+
+
+def test_batched_rows_equal_target_generate_and_a_broken_verifier_is_caught(models, chat_tokenizer, jsonl_dataset,
+                                                                            tmp_path, monkeypatch):
+    target, drafter, head = models
+    common = dict(tokenizer=chat_tokenizer, dataset=jsonl_dataset, max_new_tokens=12, peers=False, progress=False,
+                  batch_size=2, copy_ngram=2)
+    results = run_bench(target, drafter, [head], out=str(tmp_path), **common)
+    rows = {row["name"]: row for row in results["rows"]}
+    assert results["mode"] == "batched" and results["batches"] == 2 and results["greedy_check"]["ok"]
+    assert set(rows) == {"target.generate", "DFlash (b=8)", "DFlash (b=8) + copy", "DeLS (b=8, head0)",
+                         "DeLS (b=8, head0) + copy"}
+    assert all(row["greedy_match"] for row in rows.values())
+    assert len({row["new_tokens_total"] for row in rows.values()}) == 1 and rows["DFlash (b=8)"]["tau"] >= 1
+    assert rows["target.generate"]["tau"] is None and rows["DeLS (b=8, head0)"]["tokens_per_second"] > 0
+    assert "target (loop, b=1)" in {skip["row"] for skip in results["skipped_rows"]}
+    assert "--batch-size 2" in (tmp_path / "results.md").read_text()
+    assert json.loads((tmp_path / "results.json").read_text())["rows"][0]["name"] == "target.generate"
+
+    monkeypatch.setattr("dels_hub.verify.verify_greedy", accept_everything)
+    broken = run_bench(target, drafter, [head], **common)
+    assert broken["greedy_check"]["mismatched_rows"] == ["DFlash (b=8)", "DFlash (b=8) + copy", "DeLS (b=8, head0)",
+                                                         "DeLS (b=8, head0) + copy"]
+    with pytest.raises(BenchArgumentError, match="batch_size must be >= 1, got 0"):
+        runner.BenchSettings(target="T", dflash="D", batch_size=0).validate()
 
 
 def test_sampling_run_skips_the_equality_check(models, chat_tokenizer, jsonl_dataset):

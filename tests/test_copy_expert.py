@@ -30,31 +30,37 @@ def reference_vote(committed: list[int], drafts: list[int], max_ngram: int) -> t
 
 @pytest.mark.parametrize("max_ngram", [1, 2, 3, 5])
 def test_matcher_equals_a_plain_python_reference(max_ngram):
+    """Three rows at a time (a batch), each with its own anchor, against the reference row by row."""
     rng = random.Random(max_ngram)
     weights = torch.arange(max_ngram + 1, dtype=torch.float32) * 10.0  # gamma(m) = 10 m: the vote names m
     votes_with_a_match = 0
-    for _ in range(200):
+    for _ in range(120):
         alphabet = rng.choice([2, 3, 5, 20])
-        anchor = rng.randrange(0, 40)
-        committed = [rng.randrange(alphabet) for _ in range(anchor + 1)]
-        # The buffer past the anchor holds garbage that the matcher must never read.
-        buffer = torch.tensor(committed + [rng.randrange(alphabet) for _ in range(9)])
-        chain = CopyChain(buffer, anchor if rng.random() < 0.5 else torch.tensor(anchor), weights)
-        drafts = []
+        shared = rng.random() < 0.5  # one host-int anchor for every row, or a device tensor of anchors
+        anchors = [rng.randrange(0, 40)] * 3 if shared else [rng.randrange(0, 40) for _ in range(3)]
+        committed = [[rng.randrange(alphabet) for _ in range(anchor + 1)] for anchor in anchors]
+        # The buffer past each anchor holds garbage that the matcher must never read.
+        width = max(anchors) + 10
+        buffer = torch.tensor([row + [rng.randrange(alphabet) for _ in range(width - len(row))] for row in committed])
+        chain = CopyChain(buffer, anchors[0] if shared else torch.tensor(anchors), weights)
+        drafts = [[], [], []]
         for _ in range(6):
-            token, length = reference_vote(committed, drafts, max_ngram)
-            voted = chain.vote(torch.zeros(alphabet + 1))
-            if token is None:
-                assert not voted.any()
-            else:
-                votes_with_a_match += 1
-                expected = torch.zeros(alphabet + 1)
-                expected[token] = 10.0 * length
-                assert torch.equal(voted, expected), (committed, drafts, token, length, voted)
-            draft = token if token is not None and rng.random() < 0.7 else rng.randrange(alphabet)  # follow or not
-            drafts.append(draft)
-            chain.extend(torch.tensor(draft))
-    assert votes_with_a_match > 300
+            voted = chain.vote(torch.zeros(3, alphabet + 1))
+            chosen = []
+            for row in range(3):
+                token, length = reference_vote(committed[row], drafts[row], max_ngram)
+                if token is None:
+                    assert not voted[row].any()
+                else:
+                    votes_with_a_match += 1
+                    expected = torch.zeros(alphabet + 1)
+                    expected[token] = 10.0 * length
+                    assert torch.equal(voted[row], expected), (committed[row], drafts[row], token, length, voted)
+                follow = token is not None and rng.random() < 0.7
+                chosen.append(token if follow else rng.randrange(alphabet))
+                drafts[row].append(chosen[-1])
+            chain.extend(torch.tensor(chosen))
+    assert votes_with_a_match > 500
 
 
 def test_settings_are_validated_and_expand_gamma():

@@ -181,13 +181,25 @@ def test_static_caches_roll_back_by_pointer():
     assert draft.keys[0].data_ptr() == storage  # nothing reallocated
 
     target = StaticSlotCache(max_len=8, num_layers=1, device="cpu", dtype=torch.float32)
-    target.write_positions = torch.tensor([2, 3])
+    target.write_positions = torch.tensor([[2, 3]])
     keys, _ = target.update(key[:, :, :2], key[:, :, :2], 0)
     assert keys.shape[2] == 8 and torch.equal(keys[:, :, 2:4], key[:, :, :2]) and not keys[:, :, 4:].any()
-    mask = causal_mask(torch.arange(4), torch.tensor([1, 2]), torch.float32, "sdpa")
+    mask = causal_mask(torch.arange(4), torch.tensor([[1, 2]]), torch.float32, "sdpa")
     assert mask.tolist() == [[[[True, True, False, False], [True, True, True, False]]]]
-    additive = causal_mask(torch.arange(4), torch.tensor([1, 2]), torch.float32, "eager")
+    additive = causal_mask(torch.arange(4), torch.tensor([[1, 2]]), torch.float32, "eager")
     assert additive[0, 0, 0, 2] == torch.finfo(torch.float32).min and additive[0, 0, 1, 2] == 0
+
+    # A batch: each row writes at its own positions and sees only its own past.
+    batched = StaticSlotCache(max_len=8, num_layers=1, device="cpu", dtype=torch.float32)
+    batched.write_positions = torch.tensor([[2, 3], [0, 5]])
+    rows = torch.cat([key[:, :, :2], -key[:, :, 2:4]])
+    keys, _ = batched.update(rows, rows, 0)
+    assert torch.equal(keys[0, :, 2:4], rows[0]) and torch.equal(keys[1, :, [0, 5]], rows[1])
+    assert keys[0, :, [0, 1, 4, 5, 6, 7]].abs().sum() == 0 and keys[1, :, 1:5].abs().sum() == 0
+    mask = causal_mask(torch.arange(4), torch.tensor([[1], [3]]), torch.float32, "sdpa")
+    assert mask.tolist() == [[[[True, True, False, False]]], [[[True, True, True, True]]]]
+    batched.keep_rows(torch.tensor([1]))
+    assert torch.equal(batched.keys[0][0], keys[1])
 
 
 @pytest.mark.gpu
@@ -315,7 +327,7 @@ def test_draft_step_hides_padding_rows_in_trash_slots(small):
     warping, alpha_beta = Warping(0.8, None, 0.9), fusion_weights(0.5, 0.3, 0, 3)
     rng = torch.Generator().manual_seed(0)
     features = torch.randn(1, prompt + 4, drafter.fc.in_features, generator=rng)
-    races = torch.empty(k, lm_head.out_features).exponential_(generator=rng)
+    races = torch.empty(1, k, lm_head.out_features).exponential_(generator=rng)
     positions = torch.arange(positions_len + 4).unsqueeze(0)
     blocks = [torch.tensor([[anchor] + [SMALL_VOCAB - 1] * k]) for anchor in (5, 7)]
     drafting = Drafting(drafter, embed, lm_head, graph_warping(warping, "cpu"), head, head.log_prior(), *alpha_beta)
@@ -327,7 +339,7 @@ def test_draft_step_hides_padding_rows_in_trash_slots(small):
                    positions[:, 6:10], cache, races, None, None)
         drafts, q = draft_step(drafting, features[:, prompt:], positions[:, 6:10], torch.tensor(2), blocks[1],
                                positions[:, 8:12], cache, races, None, None)
-    slots = cache.write_positions.tolist()
+    slots = cache.write_positions[0].tolist()
     assert slots[:2] == [6, 7] and slots[4:] == [8, 9, 10, 11]
     assert len(set(slots)) == len(slots) and min(slots[2:4]) >= positions_len
 
@@ -338,7 +350,7 @@ def test_draft_step_hides_padding_rows_in_trash_slots(small):
         crop_cache(reference_cache, prompt)
         hidden = drafter(target_hidden=features[:, prompt : prompt + 2], noise_embedding=embed(blocks[1]),
                          position_ids=positions[:, 6:12], past_key_values=reference_cache, use_cache=True)
-        expected_drafts, expected_q = propose(lm_head(hidden[0, 1:]), blocks[1][0, :1], warping, None, head,
+        expected_drafts, expected_q = propose(lm_head(hidden[:, 1:]), blocks[1][:, 0], warping, None, head,
                                               head.log_prior(), *alpha_beta, races=races)
     assert torch.equal(drafts, expected_drafts)
     torch.testing.assert_close(q, expected_q, atol=1e-6, rtol=1e-5)

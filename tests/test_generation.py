@@ -115,8 +115,8 @@ def exact_distribution(target, input_ids, warping, new_tokens):
 
 def accept_everything(draft_ids, q_draft, p_target, generator=None):
     """A biased verifier (negative control): never rejects, so the output follows q, not p."""
-    bonus = sample(p_target[-1:], generator)
-    return torch.cat([draft_ids, bonus]), torch.tensor(draft_ids.shape[0])
+    bonus = sample(p_target[..., -1:, :], generator)
+    return torch.cat([draft_ids, bonus], dim=-1), torch.full(draft_ids.shape[:-1], draft_ids.shape[-1])
 
 
 def sampled_counts(generator, input_ids, samples, new_tokens, **kwargs):
@@ -240,10 +240,10 @@ def test_bad_generation_arguments_fail_before_work(small, kwargs, error, message
 
 def test_bad_inputs(small):
     generator = DeLSGenerator(small["qwen3"], make_dflash(8, SMALL_VOCAB - 1, vocab=SMALL_VOCAB), None)
-    with pytest.raises(UnsupportedInputError, match="batch size 1"):
-        generator.generate(torch.zeros(2, 4, dtype=torch.long), max_new_tokens=2)
-    with pytest.raises(UnsupportedInputError, match="padding"):
-        generator.generate(torch.zeros(1, 4, dtype=torch.long), attention_mask=torch.tensor([[0, 1, 1, 1]]))
+    with pytest.raises(UnsupportedInputError, match=r"shape \(1, 2, 4\); expected \[B, N\]"):
+        generator.generate(torch.zeros(1, 2, 4, dtype=torch.long), max_new_tokens=2)
+    with pytest.raises(UnsupportedInputError, match="expected left padding"):  # batches: tests/test_batch.py
+        generator.generate(torch.zeros(1, 4, dtype=torch.long), attention_mask=torch.tensor([[1, 1, 1, 0]]))
     with pytest.raises(UnsupportedInputError, match="empty"):
         generator.generate(torch.zeros(1, 0, dtype=torch.long))
     with pytest.raises(UnsupportedInputError, match="integer token ids.*got torch.float32"):

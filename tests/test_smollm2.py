@@ -72,3 +72,20 @@ def test_demo_runs_with_a_small_budget():
     assert results["identical_to_target"] and results["new_tokens"] == 12
     assert set(results["speedup_over_target"]) == {"dflash", "dels", "dels_copy"}
     assert all(x > 0 for x in results["speedup_over_target"].values()) and any("tau (" in line for line in lines)
+
+
+def test_a_left_padded_batch_of_4_equals_the_targets_own_batched_greedy(smollm2):
+    target, tokenizer = smollm2
+    drafter, head = staged_or_stand_in(target, tokenizer)
+    generator = DeLSGenerator(target, drafter, head, tokenizer, copy_ngram=4)
+    prompts = PROMPTS + ["Explain recursion to a child in two sentences."]
+    texts = [tokenizer.apply_chat_template([{"role": "user", "content": p}], add_generation_prompt=True, tokenize=False)
+             for p in prompts]
+    tokenizer.padding_side = "left"
+    batch = tokenizer(texts, return_tensors="pt", padding=True)
+    assert not bool(batch["attention_mask"].all()), "the prompts should differ in length"
+    settings = dict(max_new_tokens=48, do_sample=False, pad_token_id=tokenizer.pad_token_id or tokenizer.eos_token_id)
+    expected = target.generate(**batch, **settings)
+    out = generator.generate(**batch, **settings, return_dict_in_generate=True)
+    assert torch.equal(out.sequences, expected)
+    assert len(out.row_tau) == 4 and out.tau > 1.0

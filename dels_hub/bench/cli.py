@@ -30,9 +30,10 @@ def bench_main(args: argparse.Namespace) -> int:
     except DeLSError as error:
         print(f"dels-hub bench: error: {error}", file=sys.stderr)
         return 2
+    from .batched import batched_markdown
     from .report import markdown_table
 
-    print(markdown_table(results))
+    print(batched_markdown(results) if results.get("mode") == "batched" else markdown_table(results))
     for name, path in results.get("files", {}).items():
         print(f"{name}: {path}")
     greedy = results["greedy_check"]

@@ -56,12 +56,12 @@ def replay_acceptance(
             block[0, 0] = sequence[0, start]
             hidden = drafter(target_hidden=features[:, :start], noise_embedding=embed(block),
                              position_ids=torch.arange(start + block_size, device=sequence.device).unsqueeze(0))
-            cache[start] = lm_head(hidden[0, 1:])
-        copy = None if copy_weights is None else CopyChain(sequence[0], start, copy_weights)
-        drafts, _ = propose(cache[start], sequence[0, start : start + 1], Warping(), None, head, log_prior,
-                            alpha_k, beta_k, copy=copy)
+            cache[start] = lm_head(hidden[:, 1:])
+        copy = None if copy_weights is None else CopyChain(sequence, start, copy_weights)
+        drafts, _ = propose(cache[start], sequence[:, start], Warping(), None, head, log_prior, alpha_k, beta_k,
+                            copy=copy)
         truth = sequence[0, start + 1 : start + block_size]
-        matches = accepted_prefix(drafts[: truth.shape[0]], truth).item()
+        matches = accepted_prefix(drafts[0, : truth.shape[0]], truth).item()
         committed = min(matches + 1, total - start - 1)
         lengths.append(committed)
         start += committed

@@ -80,6 +80,9 @@ class BenchSettings:
     seed: int = option(0, "prompt subset and sampling seed")
     out: str | None = option(None, "where results.json, results.md, samples.jsonl and the PNGs go (the Python "
                              "API's None writes nothing)", cli_default="bench-out", metavar="DIR")
+    batch_size: int | None = option(None, "measure throughput on left-padded batches of B prompts (their first "
+                                    "turns): our rows against target.generate on the same batches (default: the "
+                                    "per-prompt bench)", metavar="B")
     score: bool = option(False, "also measure HumanEval pass@1 per row (runs model-written code; needs "
                          "HF_ALLOW_CODE_EVAL=1)")
     tokenizer: object = None  # a loaded tokenizer (default: the target's)
@@ -100,6 +103,9 @@ class BenchSettings:
              f"temperature must be >= 0 (0 is greedy), got {self.temperature}"),
             (0 < self.top_p <= 1, f"top_p must be in (0, 1], got {self.top_p}"),
             (isinstance(self.target_kwargs, dict), f"target_kwargs must be a dict, got {self.target_kwargs!r}"),
+            (self.batch_size is None or self.batch_size >= 1, f"batch_size must be >= 1, got {self.batch_size}"),
+            (self.batch_size is None or not self.score,
+             "--score reads the per-prompt bench's answers; it does not combine with --batch-size"),
         ]  # fmt: skip
         for ok, message in checks:
             if not ok:
@@ -501,6 +507,13 @@ def run_bench(target, dflash, heads=(), **options) -> dict:
     memory = PeakMemory(device)
 
     rows, skipped = build_rows(settings, generator, drafters, block_size)
+    if settings.batch_size is not None:
+        from .batched import run_batched, write_batched
+
+        results = run_batched(settings, generator, rows, prompts, block_size, skipped, started)
+        if settings.out is not None:
+            results["files"] = write_batched(results, settings.out)
+        return results
     if settings.warmup:
         rows = warm_up(rows, prompts[0], tokenizer, sampling, settings.seed, device, memory, skipped)
     runs = measure(rows, prompts, tokenizer, sampling, settings.seed, device, memory, skipped, settings.progress)

@@ -20,12 +20,13 @@ from ..compat import crop_cache
 
 
 class StaticSlotCache:
-    """KV cache of the target (and, compiled, of the drafter): ``[1, kv_heads, max_len, head_dim]`` per layer;
-    slot index == absolute position.
+    """KV cache of the target (and, padded, of the drafter): ``[B, kv_heads, max_len, head_dim]`` per layer; in each
+    row, slot index == that row's own position.
 
-    Before each forward the loop sets ``write_positions`` (``[T]`` device slot ids) and passes a
+    Before each forward the loop sets ``write_positions`` (``[B, T]`` device slot ids) and passes a
     ``causal_mask``; ``update`` writes there and returns the whole buffer. Stale slots beyond the query
-    positions stay masked until overwritten, so rollback is free.
+    positions stay masked until overwritten, so rollback is free. Rows that are only padding (a left-padded
+    prompt's pads, a rejected draft's context row) are written to trash slots past every position.
     """
 
     def __init__(self, max_len: int, num_layers: int, device, dtype):
@@ -37,24 +38,31 @@ class StaticSlotCache:
         self.write_positions: torch.Tensor | None = None
         self.slots = torch.arange(max_len, device=self.device)
 
-    def forward_inputs(self, positions: torch.Tensor, model, cache_arg: str) -> dict:
-        """The cache and mask arguments of a forward at ``positions [1, T]``, which it will write."""
-        self.write_positions = positions[0]
-        mask = causal_mask(self.slots, positions[0], model.dtype, model.config._attn_implementation)
+    def forward_inputs(self, positions: torch.Tensor, model, cache_arg: str, slots=None) -> dict:
+        """The cache and mask arguments of a forward at ``positions [B, T]``, which it writes (or ``slots [B, T]``:
+        a padded prompt's pads go to trash slots)."""
+        self.write_positions = positions if slots is None else slots
+        mask = causal_mask(self.slots, positions, model.dtype, model.config._attn_implementation)
         return {cache_arg: self, "attention_mask": mask}
 
     def keep(self, length: int) -> None:
         """Slots past ``length`` are masked until rewritten: nothing to do."""
 
+    def keep_rows(self, rows: torch.Tensor) -> None:
+        """Keep only batch ``rows`` (the sequences still generating): one copy when a row finishes."""
+        self.keys = [None if k is None else k.index_select(0, rows) for k in self.keys]
+        self.values = [None if v is None else v.index_select(0, rows) for v in self.values]
+
     def update(self, key: torch.Tensor, value: torch.Tensor, layer_idx: int, *args, **kwargs):
-        """``key``/``value [1, kv_heads, T, head_dim]`` -> the full ``[1, kv_heads, max_len, head_dim]`` buffers."""
+        """``key``/``value [B, kv_heads, T, head_dim]`` -> the full ``[B, kv_heads, max_len, head_dim]`` buffers."""
         if self.keys[layer_idx] is None:  # first (prefill) call: shapes come from the model itself
             shape = (key.shape[0], key.shape[1], self.max_len, key.shape[-1])
             self.keys[layer_idx] = key.new_zeros(shape)
             self.values[layer_idx] = value.new_zeros(shape[:-1] + (value.shape[-1],))
         keys, values = self.keys[layer_idx], self.values[layer_idx]
-        keys.index_copy_(2, self.write_positions, key)
-        values.index_copy_(2, self.write_positions, value)
+        index = self.write_positions[:, None, :, None]
+        keys.scatter_(2, index.expand_as(key), key)
+        values.scatter_(2, index.expand_as(value), value)
         return keys, values
 
     def get_seq_length(self, layer_idx: int = 0) -> int:
@@ -63,13 +71,13 @@ class StaticSlotCache:
 
 
 def causal_mask(kv_index: torch.Tensor, positions: torch.Tensor, dtype, attn_implementation: str) -> torch.Tensor:
-    """The ``[1, 1, T, max_len]`` mask of queries at ``positions [T]`` over key slots ``kv_index [max_len]``.
+    """The ``[B, 1, T, max_len]`` mask of queries at ``positions [B, T]`` over key slots ``kv_index [max_len]``.
 
     Slot j is visible to the query at position p iff j <= p, which also hides every stale slot past p.
     sdpa takes a boolean mask (True = attend); eager adds a float one (0 or the dtype's minimum). Built per
     call from the positions (O(T x max_len)), never as a max_len x max_len table.
     """
-    allowed = (kv_index.unsqueeze(0) <= positions.unsqueeze(1))[None, None]
+    allowed = (kv_index <= positions.unsqueeze(-1)).unsqueeze(1)
     if attn_implementation == "sdpa":
         return allowed
     return torch.zeros((), dtype=dtype, device=kv_index.device).masked_fill(~allowed, torch.finfo(dtype).min)
@@ -118,7 +126,7 @@ class DynamicTargetCache:
     def __init__(self):
         self.cache = DynamicCache()
 
-    def forward_inputs(self, positions: torch.Tensor, model, cache_arg: str) -> dict:
+    def forward_inputs(self, positions: torch.Tensor, model, cache_arg: str, slots=None) -> dict:
         return {cache_arg: self.cache}
 
     def keep(self, length: int) -> None:

@@ -1,22 +1,28 @@
-"""The speculative loop (batch size 1): prefill, then per block draft -> verify -> commit.
+"""The speculative loop: prefill, then per block draft -> verify -> commit, for a batch of one or more rows.
 
 One loop for every mode. It owns no weights: models come in, a token buffer and statistics go out. What varies is
 where the state lives, chosen once per call in ``DecodeState.allocate``:
 
-* the target's KV cache is a ``StaticSlotCache`` (slot == position; every forward gets a 4D mask built from its
-  positions, so a rejection is rolled back by not reading stale slots) when the target allows it
+* the target's KV cache is a ``StaticSlotCache`` (slot == the row's position; every forward gets a 4D mask built
+  from its positions, so a rejection is rolled back by not reading stale slots) when the target allows it
   (``static_cache_supported``), else the target's own ``DynamicCache`` behind the same interface, cropped on
-  rollback (``DynamicTargetCache``);
-* the drafter runs eagerly over a ``StaticDraftCache`` (its crop moves a host-int pointer), or, compiled, as one
-  fixed-shape graph with the head loop inside (``graph_steps.draft_step``): its context is padded to the last
-  verify's ``block_size`` rows, its cache is a ``StaticSlotCache`` too, and its sampling draws one ``[k, V]`` race per
-  block instead of one per position. On CPU that consumes the generator exactly as the eager loop does (same tokens
-  for a seed); on CUDA the draws differ, so a seeded sampled run may differ too. The distribution is the same;
-* the verify input ``[anchor, drafts]`` is one preallocated ``[1, block_size]`` buffer that the drafts are written
-  into; positions are views of one arange built per call.
+  rollback (``DynamicTargetCache``, batch size 1);
+* a single row without compile drafts eagerly over a ``StaticDraftCache`` (its crop moves a host-int pointer).
+  Otherwise the draft is *padded*: its context is always the last verify's ``block_size`` rows, the rejected ones
+  written to trash slots of a ``StaticSlotCache`` that no mask reaches, so its shapes never depend on how much
+  was accepted. Compiled, that step is one fixed-shape graph with the head loop inside (``graph_steps.draft_step``)
+  and samples with one ``[B, k, V]`` race per block instead of one per position. On CPU that consumes the generator
+  exactly as the eager loop does (same tokens for a seed); on CUDA the draws differ, so a seeded sampled run may
+  differ too. The distribution is the same;
+* the verify input ``[anchor, drafts]`` is one preallocated ``[B, block_size]`` buffer that the drafts are written
+  into.
 
-Each block makes one device-to-host transfer, in ``verify.commit_count``: the accepted count and the first stop
-position, packed together.
+Rows of a batch are ragged: each has its own positions (a left-padded prompt is realigned so that its first real
+token sits at position 0), accepts its own number of tokens per block and stops on its own. A finished row leaves
+the batch (its caches are compacted once), so it costs no more compute.
+
+Each block makes one device-to-host transfer, in ``verify.commit_count``: every row's committed count and stop,
+packed together.
 """
 
 import time
@@ -26,6 +32,7 @@ import torch
 
 from ..compat import cache_kwarg_name, synchronize
 from ..copy_expert import CopyChain
+from ..errors import UnsupportedInputError
 from ..sampling import choose
 from ..verify import commit_count, is_stop, verify_block
 from .caches import DynamicTargetCache, StaticDraftCache, StaticSlotCache
@@ -61,75 +68,106 @@ def reused(workspace: dict, name: str, key, build):
 
 
 @dataclass
-class GraphedDraft:
-    """The compiled draft step's inputs that change from block to block, as device tensors of fixed shape."""
+class PaddedDraft:
+    """The padded draft step's inputs that change from block to block, as device tensors of fixed shape."""
 
     cache: StaticSlotCache
-    n_context: torch.Tensor  # 0-dim: how many of the context rows are real (the rest are the last verify's padding)
-    anchor_at: torch.Tensor  # 0-dim: the anchor's position, for the copy expert
-    races: torch.Tensor | None  # [k, V] Exp(1) draws, refilled in place each block (None when greedy)
-    context_start: int = 0  # position of the context features' first row
+    n_context: torch.Tensor  # [B]: how many of each row's context rows are real (the rest are padding)
+    anchor_at: torch.Tensor  # [B]: each row's anchor position, for the copy expert
+    context_positions: torch.Tensor  # [B, C]: positions of the context rows (the last verify's, or the prompt's)
+    races: torch.Tensor | None  # [B, k, V] Exp(1) draws, refilled in place each block (None when greedy)
 
 
 @dataclass
 class DecodeState:
-    """Everything one call allocates, once: the token buffer, positions, the verify input and both caches."""
+    """Everything one call allocates, once: the token buffer, positions, the verify input and both caches.
 
-    output: torch.Tensor  # [1, cache_len]: prompt, then committed tokens; the block is a slice of it
-    positions: torch.Tensor  # [1, cache_len + block_size]
-    verify_ids: torch.Tensor  # [1, block_size]: [anchor, drafts]
-    drafts: torch.Tensor  # [k], a view of verify_ids: the drafts are written straight into the verify input
+    Row b of every batched tensor is the b-th sequence still generating; ``keep_rows`` drops finished ones.
+    """
+
+    output: torch.Tensor  # [B, cache_len]: each row's prompt from position 0, then its committed tokens
+    positions: torch.Tensor  # [1, cache_len + block_size]: an arange (the eager drafter's positions are views)
+    start_at: torch.Tensor  # [B]: each row's anchor position
+    budget: torch.Tensor  # [B]: new tokens each row may still add
+    verify_ids: torch.Tensor  # [B, block_size]: [anchor, drafts]
     block_index: torch.Tensor  # [block_size]
     target_cache: StaticSlotCache | DynamicTargetCache
-    draft_cache: StaticDraftCache | None  # eager drafting
-    graphed: GraphedDraft | None  # compiled drafting
-    q_buffer: torch.Tensor | None  # [k, V] draft distributions, written in place (eager, head, sampling)
+    draft_cache: StaticDraftCache | None  # eager drafting of a single row
+    padded: PaddedDraft | None  # padded drafting (batches, compiled)
+    q_buffer: torch.Tensor | None  # [B, k, V] draft distributions, written in place (eager, head, sampling)
+
+    @property
+    def drafts(self) -> torch.Tensor:
+        """``[B, k]``, a view of ``verify_ids``: the drafts are written straight into the verify input."""
+        return self.verify_ids[:, 1:]
 
     @classmethod
-    def allocate(cls, target, drafter, input_ids, settings: DecodeSettings, *, static_cache: bool,
-                 graph_draft: bool, sequential: bool, compile: bool, workspace: dict) -> "DecodeState":
-        """``sequential``: drafts are chosen one position at a time (a head or the copy expert votes)."""
-        device, prompt_len, block_size = input_ids.device, input_ids.shape[1], settings.block_size
+    def allocate(cls, target, drafter, input_ids, lengths: torch.Tensor, settings: DecodeSettings, *,
+                 static_cache: bool, padded_draft: bool, sequential: bool, compile: bool, workspace: dict,
+                 trash: int) -> "DecodeState":
+        """``lengths [B]``: each row's real prompt length. ``sequential``: drafts are chosen one position at a time
+        (a head or the copy expert votes). ``trash``: slots past every position for padding rows (0 when the
+        prompt has no padding)."""
+        device, (rows, width), block_size = input_ids.device, input_ids.shape, settings.block_size
         # The last verify starts below max_len - 1 and covers block_size slots.
-        cache_len = prompt_len + settings.max_new_tokens + block_size
+        cache_len = width + settings.max_new_tokens + block_size
         if compile:
             cache_len = -(-cache_len // COMPILE_BUCKET) * COMPILE_BUCKET
         # Only compiled runs keep their caches between calls (graphs are recorded against their addresses);
         # otherwise they live for this call. Stale slots of a reused cache are never read: each is rewritten first.
         workspace = workspace if compile else {}
         if static_cache:
-            target_cache = reused(workspace, "target_cache", (cache_len, device, target.dtype),
-                                  lambda: StaticSlotCache(cache_len, target.config.num_hidden_layers, device,
+            target_cache = reused(workspace, "target_cache", (cache_len + trash, rows, device, target.dtype),
+                                  lambda: StaticSlotCache(cache_len + trash, target.config.num_hidden_layers, device,
                                                           target.dtype))
         else:
             target_cache = DynamicTargetCache()
-        output = torch.full((1, cache_len), drafter.config.mask_token_id, dtype=torch.long, device=device)
-        output[:, :prompt_len] = input_ids
-        verify_ids = torch.empty((1, block_size), dtype=torch.long, device=device)
+        output = torch.full((rows, cache_len), drafter.config.mask_token_id, dtype=torch.long, device=device)
+        columns = torch.arange(width, device=device)
+        pads = width - lengths.unsqueeze(1)  # a left-padded row's real tokens move to positions 0..length - 1
+        realigned = input_ids.gather(1, (columns + pads).clamp(max=width - 1))
+        output[:, :width] = torch.where(columns < lengths.unsqueeze(1), realigned, output[:, :width])
+        verify_ids = torch.empty((rows, block_size), dtype=torch.long, device=device)
         k, vocab = block_size - 1, target.get_output_embeddings().out_features
-        graphed, draft_cache, q_buffer = None, None, None
-        if graph_draft:
+        padded, draft_cache, q_buffer = None, None, None
+        if padded_draft:
             layers = drafter.config.num_hidden_layers
             races = None
             if not settings.warping.greedy:  # a static input: refilled in place each block, never copied in
-                races = reused(workspace, "races", (k, vocab, device),
-                               lambda: static(torch.empty((k, vocab), dtype=torch.float32, device=device)))
-            graphed = GraphedDraft(
-                # block_size slots more than positions: the padding rows' trash slots.
-                cache=reused(workspace, "draft_cache", (cache_len, block_size, device, drafter.dtype),
-                             lambda: StaticSlotCache(cache_len + block_size, layers, device, drafter.dtype)),
-                n_context=torch.full((), prompt_len, dtype=torch.long, device=device),  # a fill, not a host copy
-                anchor_at=torch.full((), prompt_len, dtype=torch.long, device=device),
+                races = reused(workspace, "races", (rows, k, vocab, device),
+                               lambda: static(torch.empty((rows, k, vocab), dtype=torch.float32, device=device)))
+            spare = max(block_size, trash)  # trash slots for the padding rows of a context
+            padded = PaddedDraft(
+                cache=reused(workspace, "draft_cache", (cache_len, spare, rows, device, drafter.dtype),
+                             lambda: StaticSlotCache(cache_len + spare, layers, device, drafter.dtype)),
+                n_context=lengths.clone(),
+                anchor_at=lengths.clone(),
+                context_positions=columns.expand(rows, width),
                 races=races,
             )
         else:
             draft_cache = StaticDraftCache(cache_len, drafter.config.num_hidden_layers)
             if sequential and not settings.warping.greedy and k > 0:
-                q_buffer = torch.empty((k, vocab), dtype=torch.float32, device=device)
+                q_buffer = torch.empty((rows, k, vocab), dtype=torch.float32, device=device)
         positions = torch.arange(cache_len + block_size, device=device).unsqueeze(0)
-        return cls(output=output, positions=positions, verify_ids=verify_ids, drafts=verify_ids[0, 1:],
-                   block_index=torch.arange(block_size, device=device), target_cache=target_cache,
-                   draft_cache=draft_cache, graphed=graphed, q_buffer=q_buffer)
+        budget = torch.full((rows,), settings.max_new_tokens - 1, dtype=torch.long, device=device)
+        return cls(output=output, positions=positions, start_at=lengths.clone(), budget=budget,
+                   verify_ids=verify_ids, block_index=torch.arange(block_size, device=device),
+                   target_cache=target_cache, draft_cache=draft_cache, padded=padded, q_buffer=q_buffer)
+
+    def keep_rows(self, rows: torch.Tensor) -> None:
+        """Keep only batch ``rows``: the sequences still generating (a batch drafts padded, and is never compiled)."""
+        self.output, self.start_at, self.budget = (self.output[rows], self.start_at[rows], self.budget[rows])
+        self.verify_ids = self.verify_ids[rows]
+        self.target_cache.keep_rows(rows)
+        padded = self.padded
+        if padded is None:  # block size 1: nothing is drafted
+            return
+        padded.cache.keep_rows(rows)
+        padded.n_context, padded.anchor_at = padded.n_context[rows], padded.anchor_at[rows]
+        padded.context_positions = padded.context_positions[rows]
+        if padded.races is not None:
+            padded.races = padded.races[rows]
 
 
 @torch.inference_mode()
@@ -139,6 +177,7 @@ def speculative_decode(
     input_ids: torch.Tensor,
     settings: DecodeSettings,
     *,
+    prompt_lengths: list[int] | None = None,
     head=None,
     generator: torch.Generator | None = None,
     streamer=None,
@@ -146,43 +185,64 @@ def speculative_decode(
     compile: bool = False,
     workspace: dict | None = None,
 ) -> DecodeResult:
-    """Generate up to ``settings.max_new_tokens`` after ``input_ids [1, N]``; ``block_size=1`` is plain decoding.
+    """Generate up to ``settings.max_new_tokens`` after each row of ``input_ids [B, N]``; ``block_size=1`` is plain
+    decoding.
 
-    ``static_cache=False`` keeps the target's own ``DynamicCache`` (for targets ``static_cache_supported`` refuses).
-    ``compile=True`` (static cache only) runs the verify forward and, when the drafter's attention takes a 4D mask,
-    the draft step through ``torch.compile``; the first call compiles for each cache-length bucket. ``workspace``, a
-    dict the caller keeps between compiled calls, lets the caches be reused, so that CUDA graphs recorded against
-    their addresses are replayed. Greedy output is the same in every mode; sampling is distributed the same.
+    ``prompt_lengths``: each row's real length in a left-padded batch (None: every row is N tokens long). Rows that
+    end before others are filled with ``settings.pad_id``, as transformers' ``generate`` does.
+    ``static_cache=False`` keeps the target's own ``DynamicCache`` (for targets ``static_cache_supported`` refuses;
+    batch size 1). ``compile=True`` (static cache, batch size 1) runs the verify forward and, when the drafter's
+    attention takes a 4D mask, the draft step through ``torch.compile``; the first call compiles for each
+    cache-length bucket. ``workspace``, a dict the caller keeps between compiled calls, lets the caches be reused,
+    so that CUDA graphs recorded against their addresses are replayed. Greedy output is the same in every mode;
+    sampling is distributed the same.
     """
-    device, prompt_len = input_ids.device, input_ids.shape[1]
-    block_size, warping, stop_ids = settings.block_size, settings.warping, settings.stop_ids
-    max_new_tokens, k = settings.max_new_tokens, settings.block_size - 1
+    device, (batch, width) = input_ids.device, input_ids.shape
+    warping, stop_ids, max_new_tokens = settings.warping, settings.stop_ids, settings.max_new_tokens
+    k = settings.block_size - 1
+    lengths = [width] * batch if prompt_lengths is None else list(prompt_lengths)
+    padding = lengths != [width] * batch
+    if batch > 1 and (compile or not static_cache):
+        raise UnsupportedInputError(f"a batch of {batch} rows needs the static cache without compile (compiled "
+                                    "decoding and the DynamicCache path run one row at a time for now)")
     layer_ids = drafter.config.target_layer_ids
     embed, lm_head = target.get_input_embeddings(), target.get_output_embeddings()
     cache_arg = cache_kwarg_name(type(target))
     compile = compile and static_cache
-    graph_draft = compile and k > 0 and drafter.config._attn_implementation in FAST_ATTENTION
+    attention_ok = drafter.config._attn_implementation in FAST_ATTENTION
+    padded_draft = k > 0 and ((compile and attention_ok) or batch > 1)
+    graph_draft = padded_draft and compile
     drafting = Drafting(drafter, embed, lm_head, graph_warping(warping, device) if graph_draft else warping, head,
                         head.log_prior().to(device) if head is not None else None, settings.alpha, settings.beta,
                         settings.copy_weights)
 
     # 0. Allocate once.
-    state = DecodeState.allocate(target, drafter, input_ids, settings, static_cache=static_cache,
-                                 graph_draft=graph_draft,
+    length_at = torch.tensor(lengths, device=device) if padding else torch.full((batch,), width, device=device)
+    state = DecodeState.allocate(target, drafter, input_ids, length_at, settings, static_cache=static_cache,
+                                 padded_draft=padded_draft,
                                  sequential=head is not None or settings.copy_weights is not None, compile=compile,
-                                 workspace={} if workspace is None else workspace)
-    output, positions, verify_ids, drafts, graphed = (state.output, state.positions, state.verify_ids, state.drafts,
-                                                      state.graphed)
+                                 workspace={} if workspace is None else workspace, trash=width if padding else 0)
     verify = compiled(verify_step, device) if compile else verify_step
     draft_graph = compiled(draft_step, device) if graph_draft else None
 
-    # 1. Prefill (eager, any length): the target reads the prompt and commits the first token.
+    # 1. Prefill (eager, any length): the target reads the prompts and commits each row's first token. A padded
+    # prompt is read as given (left-padded, so the last column is real in every row) at each row's own positions;
+    # its pads are written to trash slots.
     started = time.perf_counter()
-    logits, hidden_states = verify_step(target, input_ids, positions[:, :prompt_len], state.target_cache, cache_arg,
-                                        logits_to_keep=1)
-    first, _ = choose(logits[0, -1:], warping, generator)
-    output[:, prompt_len] = first
+    prefill_positions, slots = state.positions[:, :width], None
+    if padding:
+        columns = state.positions[:, :width]
+        pads = width - length_at.unsqueeze(1)
+        prefill_positions = (columns - pads).clamp(min=0)
+        slots = torch.where(columns >= pads, columns - pads, state.target_cache.max_len - 1 - columns)
+    logits, hidden_states = verify_step(target, input_ids, prefill_positions.expand(batch, width), state.target_cache,
+                                        cache_arg, logits_to_keep=1, slots=slots)
+    first, _ = choose(logits[:, -1], warping, generator)
+    state.output.scatter_(1, state.start_at.unsqueeze(1), first.unsqueeze(1))
     features = context_features(hidden_states, layer_ids)
+    if padding:  # realigned like the tokens: each row's real features first
+        index = (state.positions[:, :width] + (width - length_at.unsqueeze(1))).clamp(max=width - 1)
+        features = features.gather(1, index.unsqueeze(-1).expand(-1, -1, features.shape[-1]))
     if compile:  # the graphs write into these buffers in place: their addresses are part of the graph
         for buffer in state.target_cache.keys + state.target_cache.values:
             static(buffer)
@@ -193,87 +253,117 @@ def speculative_decode(
         streamer.put(input_ids.cpu())
         streamer.put(first.cpu())
 
-    acceptance_lengths: list[int] = []
-    start = prompt_len  # position of the block's anchor, a host int
-    while not stopped and start + 1 - prompt_len < max_new_tokens:
-        block = output[:, start : start + block_size]
-        verify_ids[0, 0] = block[0, 0]
+    rows = list(range(batch))  # the original index of each row still in the state
+    starts = list(lengths)  # each row's anchor position, on the host
+    acceptance_lengths: list[list[int]] = [[] for _ in range(batch)]
+    finished: dict[int, torch.Tensor] = {}  # original row -> its tokens (prompt and new), row-local
+    done = [stop or max_new_tokens == 1 for stop in stopped]
+    first_block = True
+    while True:
+        if any(done):  # finished rows leave the batch
+            for i, row in enumerate(rows):
+                if done[i]:
+                    finished[row] = state.output[i, : starts[i] + 1]
+            keep = [i for i in range(len(rows)) if not done[i]]
+            if not keep:
+                break
+            state.keep_rows(torch.tensor(keep, device=device))
+            features = features[keep]
+            rows, starts, done = [rows[i] for i in keep], [starts[i] for i in keep], [False] * len(keep)
+        block_positions = state.start_at.unsqueeze(1) + state.block_index  # [B, bs]
+        block = state.output.gather(1, block_positions)
+        state.verify_ids[:, 0] = block[:, 0]
         q = None
         if compile and device.type == "cuda":
             torch.compiler.cudagraph_mark_step_begin()  # the previous block's graph outputs are no longer read
         # 2. Draft: one DFlash forward over the new context and the block, then the head over the block.
-        if graphed is not None:
-            q = draft_graphed(state, drafting, features, block, start, draft_graph, generator,
-                              first=start == prompt_len)
+        if state.padded is not None:
+            q = draft_padded(state, drafting, features, block, block_positions,
+                             draft_step if first_block or draft_graph is None else draft_graph, generator,
+                             first=first_block)
         elif k > 0:
-            q = draft_eagerly(state, drafting, features, block, start, generator)
+            q = draft_eagerly(state, drafting, features, block, starts[0], generator)
+        first_block = False
 
-        # 3. Verify: one target forward over [anchor, drafts] at positions start...
-        logits, hidden_states = verify(target, verify_ids, positions[:, start : start + block_size],
-                                       state.target_cache, cache_arg)
-        tokens, n_accepted = verify_block(warping, drafts, q, logits[0], generator)
+        # 3. Verify: one target forward over [anchor, drafts] at each row's positions.
+        logits, hidden_states = verify(target, state.verify_ids, block_positions, state.target_cache, cache_arg)
+        tokens, n_accepted = verify_block(warping, state.drafts, q, logits, generator)
 
-        # 4. Commit: the one host transfer per block carries the accepted count and the first stop position.
-        n_commit, stopped = commit_count(tokens, n_accepted, stop_ids, state.block_index,
-                                         max_new_tokens - (start + 1 - prompt_len))
-        output[0, start + 1 : start + 1 + n_commit] = tokens[:n_commit]
-        acceptance_lengths.append(n_commit)
+        # 4. Commit: the one host transfer per block carries every row's count and stop.
+        n_commit, counts, stopped = commit_count(tokens, n_accepted, stop_ids, state.block_index, state.budget)
+        for i, n in enumerate(counts):
+            state.output[i, starts[i] + 1 : starts[i] + 1 + n] = tokens[i, :n]
+            acceptance_lengths[rows[i]].append(n)
         if streamer is not None:
-            streamer.put(tokens[:n_commit].cpu())
+            streamer.put(tokens[0, : counts[0]].cpu())
 
         # 5. Only the anchor and the accepted drafts become context; the new anchor (bonus) is not in the cache.
-        # The graphed draft keeps all block_size rows (fixed shape) and is told how many are real.
+        # The padded draft keeps all block_size rows (fixed shape) and is told how many are real.
         features = context_features(hidden_states, layer_ids)
-        if graphed is not None:
-            graphed.n_context.fill_(n_commit)
-            graphed.anchor_at.fill_(start + n_commit)
-            graphed.context_start = start
+        state.start_at += n_commit
+        state.budget -= n_commit
+        if state.padded is not None:
+            state.padded.n_context.copy_(n_commit)
+            state.padded.anchor_at.copy_(state.start_at)
+            state.padded.context_positions = block_positions
         else:
-            features = features[:, :n_commit]
-        start += n_commit
-        state.target_cache.keep(start)
+            features = features[:, : counts[0]]
+        starts = [start + n for start, n in zip(starts, counts)]
+        done = [stop or start + 1 - length >= max_new_tokens
+                for stop, start, length in zip(stopped, starts, (lengths[row] for row in rows))]
+        state.target_cache.keep(starts[0])
 
     synchronize(device)
-    finished = time.perf_counter()
+    finished_at = time.perf_counter()
     if streamer is not None:
         streamer.end()
     return DecodeResult(
-        sequences=output[:, : start + 1].clone(),
-        acceptance_lengths=acceptance_lengths,
+        sequences=assemble(input_ids, lengths, [finished[row] for row in range(batch)], settings.pad_id),
+        acceptance_lengths=acceptance_lengths[0] if batch == 1 else sum(acceptance_lengths, []),
+        row_acceptance_lengths=acceptance_lengths,
         time_to_first_token=prefilled - started,
-        decode_seconds=finished - prefilled,
+        decode_seconds=finished_at - prefilled,
     )
 
 
+def assemble(input_ids: torch.Tensor, lengths: list[int], tokens: list[torch.Tensor], pad_id: int) -> torch.Tensor:
+    """``[B, N + most new tokens]``: each row's prompt as given (padding included), its new tokens, then ``pad_id``
+    up to the longest row, as transformers' ``generate`` returns a batch."""
+    new = [row[length:] for row, length in zip(tokens, lengths)]
+    longest = max(row.shape[0] for row in new)
+    sequences = input_ids.new_full((input_ids.shape[0], input_ids.shape[1] + longest), pad_id)
+    sequences[:, : input_ids.shape[1]] = input_ids
+    for i, row in enumerate(new):
+        sequences[i, input_ids.shape[1] : input_ids.shape[1] + row.shape[0]] = row
+    return sequences
+
+
 def draft_eagerly(state: DecodeState, drafting: Drafting, features, block, start: int, generator):
-    """Draft the block into ``state.drafts`` with the drafter over its ``StaticDraftCache``; returns q (None when
-    greedy)."""
+    """Draft a single row's block into ``state.drafts`` with the drafter over its ``StaticDraftCache``; returns q
+    (None when greedy)."""
     cache, positions, copy_weights = state.draft_cache, state.positions, drafting.copy_weights
     hidden = drafting.drafter(target_hidden=features, noise_embedding=drafting.embed(block),
                               position_ids=positions[:, cache.length : start + block.shape[1]], past_key_values=cache,
                               use_cache=True)
     cache.crop(start)  # keep context keys/values only; the block is redrafted next time
-    copy = None if copy_weights is None else CopyChain(state.output[0], start, copy_weights)
-    _, q = propose(drafting.lm_head(hidden[0, 1:]), block[0, :1], drafting.warping, generator, drafting.head,
+    copy = None if copy_weights is None else CopyChain(state.output, start, copy_weights)
+    _, q = propose(drafting.lm_head(hidden[:, 1:]), block[:, 0], drafting.warping, generator, drafting.head,
                    drafting.log_prior, drafting.alpha, drafting.beta, drafts=state.drafts, q=state.q_buffer, copy=copy)
     return q
 
 
-def draft_graphed(state: DecodeState, drafting: Drafting, features, block, start: int, draft_graph, generator,
-                  first: bool):
-    """Draft the block into ``state.drafts`` through the compiled draft step ``draft_graph``; returns q (None when
-    greedy). The ``first`` block's context is the whole prompt (any length): that call runs eagerly, and allocates
-    the cache buffers that the graph then writes into in place."""
-    graphed, positions = state.graphed, state.positions
-    step = draft_step if first else draft_graph
-    if graphed.races is not None:
-        graphed.races.exponential_(generator=generator)
-    context_positions = positions[:, graphed.context_start : graphed.context_start + features.shape[1]]
-    proposed, q = step(drafting, features, context_positions, graphed.n_context, block,
-                       positions[:, start : start + block.shape[1]], graphed.cache, graphed.races, state.output[0],
-                       graphed.anchor_at)
+def draft_padded(state: DecodeState, drafting: Drafting, features, block, block_positions, step, generator,
+                 first: bool):
+    """Draft every row's block into ``state.drafts`` through ``step`` (``draft_step``, or its compiled graph);
+    returns q (None when greedy). The ``first`` block's context is the whole prompt (any length): that call runs
+    eagerly, and allocates the cache buffers that a graph then writes into in place."""
+    padded = state.padded
+    if padded.races is not None:
+        padded.races.exponential_(generator=generator)
+    proposed, q = step(drafting, features, padded.context_positions, padded.n_context, block, block_positions,
+                       padded.cache, padded.races, state.output, padded.anchor_at)
     state.drafts.copy_(proposed)
     if first:
-        for buffer in graphed.cache.keys + graphed.cache.values:
+        for buffer in padded.cache.keys + padded.cache.values:
             static(buffer)
     return q

@@ -28,25 +28,25 @@ def propose(
     races: torch.Tensor | None = None,
     copy: CopyChain | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor | None]:
-    """Draft the k = bs - 1 tokens of a block.
+    """Draft the k = bs - 1 tokens of a block, for each row of a batch.
 
     Args:
-        dflash_logits: ``[k, V]`` DFlash logits L of block slots 1..k.
-        anchor: ``[1]`` the block's anchor (the last committed token); the head reads it first.
+        dflash_logits: ``[B, k, V]`` DFlash logits L of block slots 1..k.
+        anchor: ``[B]`` the block's anchor (the last committed token); the head reads it first.
         head, log_prior, alpha, beta: the local head, its ``[V_head]`` log-prior and ``[k]`` fusion weights;
             ``head=None`` drafts from DFlash alone (all slots at once, unless the copy expert votes).
-        drafts, q: optional preallocated ``[k]`` / ``[k, V]`` outputs, written in place (the static loop's
+        drafts, q: optional preallocated ``[B, k]`` / ``[B, k, V]`` outputs, written in place (the static loop's
             buffers); allocated here when None. The random draws are the same either way.
-        races: optional ``[k, V]`` Exp(1) draws to sample with instead of drawing from ``generator``
+        races: optional ``[B, k, V]`` Exp(1) draws to sample with instead of drawing from ``generator``
             (the compiled draft step's; one draw per block instead of one per position).
         copy: the block's copy expert (``copy_expert.CopyChain``), which votes at each slot and follows the
             drafts; None leaves it out.
 
     Returns:
-        ``(drafts [k], q [k, V] or None)``: q, the warped draft distributions the drafts were sampled from,
+        ``(drafts [B, k], q [B, k, V] or None)``: q, the warped draft distributions the drafts were sampled from,
         is None when greedy.
     """
-    k = dflash_logits.shape[0]
+    rows, k = dflash_logits.shape[:2]
     if head is None and copy is None:
         ids, probs = choose(dflash_logits, warping, generator, races)
         if drafts is None:
@@ -56,29 +56,29 @@ def propose(
             probs = q.copy_(probs)
         return drafts, probs
     if drafts is None:
-        drafts = torch.empty(k, dtype=torch.long, device=dflash_logits.device)
+        drafts = torch.empty((rows, k), dtype=torch.long, device=dflash_logits.device)
     if warping.greedy:
         q = None
     elif q is None:
         q = torch.empty(dflash_logits.shape, dtype=torch.float32, device=dflash_logits.device)
     # The head's state starts from zero at every block and reads the anchor then each draft as it is chosen.
     if head is not None:
-        state = head.initial_state(1)
+        state = head.initial_state(rows)
         head_logits, state = head.step(anchor, state)
     for i in range(k):
         if head is not None:
-            fused = fuse_logits(dflash_logits[i], head_logits[0], log_prior, alpha[i], beta[i])
+            fused = fuse_logits(dflash_logits[:, i], head_logits, log_prior, alpha[i], beta[i])
         else:
-            fused = dflash_logits[i].float()
+            fused = dflash_logits[:, i].float()
         if copy is not None:
             fused = copy.vote(fused)
-        token, probs = choose(fused, warping, generator, None if races is None else races[i])
-        drafts[i] = token
+        token, probs = choose(fused, warping, generator, None if races is None else races[:, i])
+        drafts[:, i] = token
         if q is not None:
-            q[i] = probs
+            q[:, i] = probs
         if i + 1 < k:
             if head is not None:
-                head_logits, state = head.step(drafts[i : i + 1], state)
+                head_logits, state = head.step(drafts[:, i], state)
             if copy is not None:
                 copy.extend(token)
     return drafts, q

@@ -147,8 +147,12 @@ class DeLSGenerator:
         fast: bool | None = None,
         **kwargs,
     ):
-        """Drop-in for ``target.generate``: returns ``LongTensor [1, prompt + new]``, or a
+        """Drop-in for ``target.generate``: returns ``LongTensor [B, prompt + new]``, or a
         ``DeLSGenerateOutput`` with ``return_dict_in_generate=True``.
+
+        ``input_ids [B, N]`` (or a tokenizer's ``BatchEncoding``): a batch is left-padded, with its
+        ``attention_mask``. Rows accept, stop and end on their own; a row that ends early is filled with
+        ``pad_token_id`` (else the EOS token) up to the longest row, as transformers does.
 
         Generation fields (``max_new_tokens``, ``max_length``, ``do_sample``, ``temperature``, ``top_k``,
         ``top_p``, ``eos_token_id``, ``pad_token_id``, ...) come from ``kwargs``, then ``generation_config``,
@@ -166,7 +170,7 @@ class DeLSGenerator:
             self.copy.max_ngram if copy_ngram is None else copy_ngram,
             self.copy.gamma if copy_gamma is None else copy_gamma,
         )
-        input_ids = self._validate_input(input_ids, attention_mask)
+        input_ids, prompt_lengths = self._validate_input(input_ids, attention_mask)
         config = self._merge_generation_config(generation_config, kwargs)
         max_new_tokens = self._max_new_tokens(config, input_ids.shape[1])
         warping = self._warping(config)
@@ -179,50 +183,90 @@ class DeLSGenerator:
             max(block_size - 1, 0),
             device=self.device,
         )
-        settings = DecodeSettings(max_new_tokens, block_size, warping, stop_ids, *weights, copy.weights(self.device))
+        settings = DecodeSettings(max_new_tokens, block_size, warping, stop_ids, *weights, copy.weights(self.device),
+                                  pad_id=self._pad_id(config))
+        static_cache = self._use_static_cache(fast)
+        self._check_batch(input_ids.shape[0], streamer, static_cache)
         if generator is None and seed is not None:
             generator = torch.Generator(device=self.device).manual_seed(seed)
-        static_cache = self._use_static_cache(fast)
-        result = speculative_decode(self.target, self.drafter, input_ids, settings, head=self.head,
-                                    generator=generator, streamer=streamer, static_cache=static_cache,
-                                    compile=self.compile, workspace=self._workspace)
+        result = speculative_decode(self.target, self.drafter, input_ids, settings, prompt_lengths=prompt_lengths,
+                                    head=self.head, generator=generator, streamer=streamer,
+                                    static_cache=static_cache, compile=self.compile, workspace=self._workspace)
         if not (return_dict_in_generate or config.return_dict_in_generate):
             return result.sequences
         return DeLSGenerateOutput(
             sequences=result.sequences,
             acceptance_lengths=result.acceptance_lengths,
-            num_new_tokens=result.sequences.shape[1] - input_ids.shape[1],
+            num_new_tokens=sum(1 + sum(row) for row in result.row_acceptance_lengths),
             time_to_first_token=result.time_to_first_token,
             decode_seconds=result.decode_seconds,
+            row_acceptance_lengths=result.row_acceptance_lengths,
         )
 
     # -- validation at the boundary -------------------------------------------------------------------
 
-    def _validate_input(self, input_ids, attention_mask) -> torch.Tensor:
-        if hasattr(input_ids, "keys") and "input_ids" in input_ids:  # a BatchEncoding from apply_chat_template
+    def _validate_input(self, input_ids, attention_mask) -> tuple[torch.Tensor, list[int] | None]:
+        """``(input_ids [B, N] on the device, each row's real length or None when no row is padded)``."""
+        if hasattr(input_ids, "keys") and "input_ids" in input_ids:  # a BatchEncoding from a tokenizer
             attention_mask = input_ids.get("attention_mask", attention_mask)
             input_ids = input_ids["input_ids"]
         if not isinstance(input_ids, torch.Tensor):
-            raise UnsupportedInputError(f"input_ids must be a LongTensor [1, N], got {type(input_ids).__name__}")
+            raise UnsupportedInputError(f"input_ids must be a LongTensor [B, N], got {type(input_ids).__name__}")
         if input_ids.dim() == 1:
             input_ids = input_ids.unsqueeze(0)
-        if input_ids.dim() != 2 or input_ids.shape[0] != 1:
-            raise UnsupportedInputError(
-                f"input_ids has shape {tuple(input_ids.shape)}; only batch size 1 ([1, N]) is supported for now"
-            )
+        if input_ids.dim() != 2 or input_ids.shape[0] == 0:
+            raise UnsupportedInputError(f"input_ids has shape {tuple(input_ids.shape)}; expected [B, N] with B >= 1")
         if input_ids.shape[1] == 0:
             raise UnsupportedInputError("input_ids is empty; the prompt needs at least one token")
         if input_ids.dtype.is_floating_point or input_ids.dtype.is_complex or input_ids.dtype == torch.bool:
             raise UnsupportedInputError(f"input_ids must hold integer token ids (torch.long), got {input_ids.dtype}")
+        mask = torch.ones_like(input_ids) if attention_mask is None else torch.as_tensor(attention_mask)
+        if mask.shape != input_ids.shape:
+            raise UnsupportedInputError(f"attention_mask has shape {tuple(mask.shape)}, input_ids "
+                                        f"{tuple(input_ids.shape)}; expected the same")
+        mask = mask.to(input_ids.device)
+        not_left_padded = ((mask != 0) & (mask != 1)).any(1) | (mask[:, 1:] < mask[:, :-1]).any(1)
+        # One host transfer: the id range, each row's length, and whether each row is left-padded 0s then 1s.
+        low, high, *facts = torch.cat([torch.stack([input_ids.min(), input_ids.max()]), mask.sum(1),
+                                       not_left_padded.long()]).tolist()
+        lengths, bad_rows = facts[: input_ids.shape[0]], facts[input_ids.shape[0] :]
         rows = self.target.get_input_embeddings().weight.shape[0]
-        low, high = torch.stack([input_ids.min(), input_ids.max()]).tolist()  # one host transfer
         if low < 0 or high >= rows:
             bad = low if low < 0 else high
             raise UnsupportedInputError(f"input_ids holds token id {bad}, outside the target's embedding rows "
                                         f"0..{rows - 1}")
-        if attention_mask is not None and not bool(torch.as_tensor(attention_mask).all()):
-            raise UnsupportedInputError("attention_mask has padding (zeros); pass the unpadded prompt of batch size 1")
-        return input_ids.to(self.device)
+        if any(bad_rows):
+            row = bad_rows.index(1)
+            raise UnsupportedInputError(
+                f"attention_mask row {row} is {mask[row].tolist()}: expected left padding, zeros then ones (decoder-"
+                "only models generate after the last token; tokenize with padding_side='left')"
+            )
+        if 0 in lengths:
+            raise UnsupportedInputError(f"attention_mask row {lengths.index(0)} is all zeros; every prompt needs at "
+                                        "least one token")
+        return input_ids.to(self.device), (None if min(lengths) == input_ids.shape[1] else lengths)
+
+    def _check_batch(self, batch: int, streamer, static_cache: bool) -> None:
+        if batch == 1:
+            return
+        if streamer is not None:
+            raise UnsupportedInputError(f"a streamer takes one sequence; input_ids has a batch of {batch} "
+                                        "(transformers refuses this too)")
+        if self.compile:
+            raise UnsupportedInputError(f"compiled decoding runs one row at a time for now; input_ids has a batch of "
+                                        f"{batch}: set compile = False, or generate row by row")
+        if not static_cache:
+            reason = static_cache_supported(self.target) or "fast=False"
+            raise UnsupportedInputError(f"batches need the static-cache loop, which cannot run here ({reason}); "
+                                        f"input_ids has a batch of {batch}: generate row by row")
+
+    @staticmethod
+    def _pad_id(config: GenerationConfig) -> int:
+        """What fills a batch row after its end: the pad token, else the (first) EOS token, as transformers does."""
+        for value in (config.pad_token_id, config.eos_token_id):
+            if value is not None:
+                return value if isinstance(value, int) else list(value)[0]
+        return 0
 
     def _merge_generation_config(self, generation_config, kwargs) -> GenerationConfig:
         config = copy.deepcopy(generation_config or self.target.generation_config or GenerationConfig())

@@ -41,42 +41,44 @@ class Drafting:
     copy_weights: torch.Tensor | None = None
 
 
-def verify_step(model, ids, positions, cache, cache_arg: str, logits_to_keep: int = 0):
-    """One target forward at ``positions`` (``[1, T]``) through ``cache`` -> ``(logits, hidden_states)``.
+def verify_step(model, ids, positions, cache, cache_arg: str, logits_to_keep: int = 0, slots=None):
+    """One target forward at ``positions [B, T]`` through ``cache`` -> ``(logits, hidden_states)``.
 
-    Fixed shapes for a fixed ``T`` (the static cache's mask included).
+    Fixed shapes for a fixed ``T`` (the static cache's mask included). ``slots``: where the cache writes, when not
+    at the positions (a padded prompt's pads).
     """
-    out = model(input_ids=ids, position_ids=positions, **cache.forward_inputs(positions, model, cache_arg),
+    out = model(input_ids=ids, position_ids=positions, **cache.forward_inputs(positions, model, cache_arg, slots),
                 use_cache=True, output_hidden_states=True, logits_to_keep=logits_to_keep)
     return out.logits, out.hidden_states
 
 
 def draft_step(drafting: Drafting, features, context_positions, n_context, block, block_positions, cache, races,
                tokens, anchor):
-    """Draft one block through the drafter's ``StaticSlotCache`` -> ``(drafts [k], q [k, V] or None)``.
+    """Draft one block of each row through the drafter's ``StaticSlotCache`` -> ``(drafts [B, k], q [B, k, V] or
+    None)``.
 
     Args:
-        features, context_positions: ``[1, C, F*H]`` target features of the context not yet cached, at
-            positions ``[1, C]``; rows from ``n_context`` (a 0-dim device tensor) on are padding.
-        block, block_positions: ``[1, bs]`` the block ``[anchor, MASK...]`` and its positions.
+        features, context_positions: ``[B, C, F*H]`` target features of the context not yet cached, at
+            positions ``[B, C]``; in row b, rows from ``n_context[b]`` (``[B]``, on the device) on are padding.
+        block, block_positions: ``[B, bs]`` the blocks ``[anchor, MASK...]`` and their positions.
         cache: the drafter's ``StaticSlotCache``, whose top slots lie past every position: padding row i goes to
             slot ``slots - 1 - i``.
-        races: ``[k, V]`` Exp(1) draws for sampling (None when greedy).
-        tokens, anchor: the token buffer and the anchor's position (0-dim), read by the copy expert.
+        races: ``[B, k, V]`` Exp(1) draws for sampling (None when greedy).
+        tokens, anchor: the ``[B, T]`` token buffer and the ``[B]`` anchor positions, read by the copy expert.
     """
     drafter = drafting.drafter
     rows = torch.arange(features.shape[1], device=features.device)
     # Slot == position for real rows; padding goes to the top slots, which the mask below never shows.
-    context_slots = torch.where(rows < n_context, context_positions[0], cache.max_len - 1 - rows)
-    cache.write_positions = torch.cat([context_slots, block_positions[0]])
+    context_slots = torch.where(rows < n_context.view(-1, 1), context_positions, cache.max_len - 1 - rows)
+    cache.write_positions = torch.cat([context_slots, block_positions], dim=1)
     # The block is bidirectional and sees all context: every slot up to its last position, nothing stale.
-    last = block_positions[0, -1:].expand(block_positions.shape[1])
+    last = block_positions[:, -1:].expand(-1, block_positions.shape[1])
     mask = causal_mask(cache.slots, last, drafter.dtype, drafter.config._attn_implementation)
     hidden = drafter(target_hidden=features, noise_embedding=drafting.embed(block),
                      position_ids=torch.cat([context_positions, block_positions], dim=1), past_key_values=cache,
                      use_cache=True, attention_mask=mask)
     copy = None if drafting.copy_weights is None else CopyChain(tokens, anchor, drafting.copy_weights)
-    return propose(drafting.lm_head(hidden[0, 1:]), block[0, :1], drafting.warping, None, drafting.head,
+    return propose(drafting.lm_head(hidden[:, 1:]), block[:, 0], drafting.warping, None, drafting.head,
                    drafting.log_prior, drafting.alpha, drafting.beta, races=races, copy=copy)
 
 

@@ -9,18 +9,21 @@ from transformers.utils import ModelOutput
 
 @dataclass
 class DecodeResult:
-    sequences: torch.Tensor  # [1, prompt + new]
-    acceptance_lengths: list[int] = field(default_factory=list)
+    sequences: torch.Tensor  # [B, prompt + new], padded after a row's end
+    acceptance_lengths: list[int] = field(default_factory=list)  # every row's, one row after another
+    row_acceptance_lengths: list[list[int]] = field(default_factory=list)  # per row
     time_to_first_token: float = 0.0
     decode_seconds: float = 0.0
 
 
 @dataclass
 class DeLSGenerateOutput(ModelOutput):
-    """``sequences [1, prompt + new]`` plus the speculative statistics of the call.
+    """``sequences [B, prompt + new]`` plus the speculative statistics of the call.
 
-    ``acceptance_lengths`` holds the tokens committed per verify step, bonus included (tau is their mean).
-    Times are in seconds: ``time_to_first_token`` covers the prefill, ``decode_seconds`` the rest.
+    ``acceptance_lengths`` holds the tokens committed per verify step, bonus included (tau is their mean); for a
+    batch it holds every row's, one row after another, and ``row_acceptance_lengths`` each row's own.
+    ``num_new_tokens`` counts every row's new tokens (not the padding after a row's end). Times are in seconds:
+    ``time_to_first_token`` covers the prefill, ``decode_seconds`` the rest.
     """
 
     sequences: torch.LongTensor | None = None
@@ -29,11 +32,17 @@ class DeLSGenerateOutput(ModelOutput):
     num_new_tokens: int | None = None
     time_to_first_token: float | None = None
     decode_seconds: float | None = None
+    row_acceptance_lengths: list[list[int]] | None = None
 
     @property
     def tau(self) -> float:
-        """Mean acceptance length (tokens per verify step, bonus included)."""
+        """Mean acceptance length (tokens per verify step, bonus included), over every row's blocks."""
         return sum(self.acceptance_lengths) / len(self.acceptance_lengths) if self.acceptance_lengths else 0.0
+
+    @property
+    def row_tau(self) -> list[float]:
+        """Each row's own tau."""
+        return [sum(row) / len(row) if row else 0.0 for row in self.row_acceptance_lengths or []]
 
     @property
     def tokens_per_second(self) -> float:

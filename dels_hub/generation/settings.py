@@ -35,6 +35,7 @@ class DecodeSettings:
         alpha, beta: ``[block_size - 1]`` per-position fusion weights of the head and the prior (zero in the pure
             prefix); None drafts from DFlash alone.
         copy_weights: ``[n + 1]`` the copy expert's gamma by match length (``CopySettings.weights``); None is off.
+        pad_id: fills a batch row after its end, up to the longest row (transformers' ``pad_token_id``).
     """
 
     max_new_tokens: int
@@ -44,3 +45,4 @@ class DecodeSettings:
     alpha: torch.Tensor | None = None
     beta: torch.Tensor | None = None
     copy_weights: torch.Tensor | None = None
+    pad_id: int = 0
