@@ -18,34 +18,26 @@ from ..compat import synchronize
 from ..files import write_text_atomic
 from .environment import load_average, machine, versions
 from .rows import LoopRow, Sampling
+from .runner import encode_chat
 
 REFERENCE = "target.generate"
 
 
 def encode_batches(prompts, tokenizer, batch_size: int, device) -> list[dict]:
-    """Left-padded ``{"input_ids", "attention_mask"}`` batches of the prompts' first turns, through the chat
-    template when the tokenizer has one."""
-    texts = []
-    for prompt in prompts:
-        if getattr(tokenizer, "chat_template", None):
-            texts.append(tokenizer.apply_chat_template(list(prompt.messages), add_generation_prompt=True,
-                                                       tokenize=False, enable_thinking=False))
-        else:
-            texts.append("\n\n".join(m["content"] for m in prompt.messages))
+    """Left-padded ``{"input_ids", "attention_mask"}`` batches of the prompts' first turns, each encoded as the
+    per-prompt bench encodes it (``encode_chat``)."""
+    rows = [{"input_ids": encode_chat(tokenizer, list(prompt.messages), "cpu")[0].tolist()} for prompt in prompts]
     side, pad = tokenizer.padding_side, tokenizer.pad_token
     tokenizer.padding_side = "left"
     if pad is None:  # padded positions are masked: any token will do, and EOS is what transformers pads with
         tokenizer.pad_token = tokenizer.eos_token
     try:
-        batches = []
-        for start in range(0, len(texts), batch_size):
-            encoded = tokenizer(texts[start : start + batch_size], return_tensors="pt", padding=True,
-                                add_special_tokens=not getattr(tokenizer, "chat_template", None))
-            batches.append({"input_ids": encoded["input_ids"].to(device),
-                            "attention_mask": encoded["attention_mask"].to(device)})
+        batches = [tokenizer.pad(rows[start : start + batch_size], return_tensors="pt")
+                   for start in range(0, len(rows), batch_size)]
     finally:
         tokenizer.padding_side, tokenizer.pad_token = side, pad
-    return batches
+    return [{"input_ids": b["input_ids"].to(device), "attention_mask": b["attention_mask"].to(device)}
+            for b in batches]
 
 
 def new_tokens(sequences: torch.Tensor, width: int, stop_ids: set[int]) -> list[list[int]]:

@@ -124,9 +124,9 @@ class DecodeState:
             target_cache = DynamicTargetCache()
         output = torch.full((rows, cache_len), drafter.config.mask_token_id, dtype=torch.long, device=device)
         columns = torch.arange(width, device=device)
-        pads = width - lengths.unsqueeze(1)  # a left-padded row's real tokens move to positions 0..length - 1
-        realigned = input_ids.gather(1, (columns + pads).clamp(max=width - 1))
-        output[:, :width] = torch.where(columns < lengths.unsqueeze(1), realigned, output[:, :width])
+        # A left-padded row's real tokens move to positions 0..length - 1.
+        output[:, :width] = torch.where(columns < lengths.unsqueeze(1), realigned(input_ids, lengths),
+                                        output[:, :width])
         verify_ids = torch.empty((rows, block_size), dtype=torch.long, device=device)
         k, vocab = block_size - 1, target.get_output_embeddings().out_features
         padded, draft_cache, q_buffer = None, None, None
@@ -241,8 +241,7 @@ def speculative_decode(
     state.output.scatter_(1, state.start_at.unsqueeze(1), first.unsqueeze(1))
     features = context_features(hidden_states, layer_ids)
     if padding:  # realigned like the tokens: each row's real features first
-        index = (state.positions[:, :width] + (width - length_at.unsqueeze(1))).clamp(max=width - 1)
-        features = features.gather(1, index.unsqueeze(-1).expand(-1, -1, features.shape[-1]))
+        features = realigned(features, length_at)
     if compile:  # the graphs write into these buffers in place: their addresses are part of the graph
         for buffer in state.target_cache.keys + state.target_cache.values:
             static(buffer)
@@ -324,6 +323,14 @@ def speculative_decode(
         time_to_first_token=prefilled - started,
         decode_seconds=finished_at - prefilled,
     )
+
+
+def realigned(values: torch.Tensor, lengths: torch.Tensor) -> torch.Tensor:
+    """``values [B, W, ...]`` of left-padded rows, each row's last ``lengths[b]`` entries moved to its front (what
+    follows them is padding)."""
+    width = values.shape[1]
+    index = (torch.arange(width, device=values.device) + (width - lengths.unsqueeze(1))).clamp(max=width - 1)
+    return values.gather(1, index.view(index.shape + (1,) * (values.dim() - 2)).expand(values.shape))
 
 
 def assemble(input_ids: torch.Tensor, lengths: list[int], tokens: list[torch.Tensor], pad_id: int) -> torch.Tensor:
