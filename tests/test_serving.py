@@ -6,7 +6,13 @@ import shlex
 import pytest
 
 from dels_hub import cli
-from dels_hub.errors import BlockSizeError, HiddenSizeMismatchError, ModelNotFoundError, ServingError
+from dels_hub.errors import (
+    BlockSizeError,
+    HiddenSizeMismatchError,
+    IncompatibleTokenizerError,
+    ModelNotFoundError,
+    ServingError,
+)
 from dels_hub.serving import check_pairing, vllm_serve_command, vllm_speculative_config
 
 from conftest import make_dflash, make_head, make_target, make_tokenizer
@@ -33,8 +39,8 @@ def test_the_speculative_config_is_what_vllm_takes(parts):
     assert vllm_speculative_config(parts["dflash"], num_speculative_tokens=3)["num_speculative_tokens"] == 3
     with pytest.raises(BlockSizeError, match=r"integer in 1..7 .* got 8"):
         vllm_speculative_config(parts["dflash"], num_speculative_tokens=8)
-    with pytest.raises(ServingError, match="bonus token"):
-        vllm_speculative_config(parts["dflash"], head=parts["head"])
+    with pytest.raises(ServingError, match="give a head"):
+        vllm_speculative_config(parts["dflash"], alpha=0.5)
     with pytest.raises(ModelNotFoundError):
         vllm_speculative_config(parts["dflash"] + "-missing")
 
@@ -60,12 +66,31 @@ def test_serve_dry_run_prints_the_vllm_command(parts, capsys, monkeypatch):
     with pytest.raises(SystemExit) as exit_:
         cli.main(["serve", parts["target"], "--dflash", parts["dflash"], "--port", "8001"])
     assert exit_.value.code == 2
-    assert cli.main(["serve", parts["target"], "--dflash", parts["dflash"], "--head", parts["head"]]) == 2
-    assert "bonus token" in capsys.readouterr().err
+    assert cli.main(["serve", parts["target"], "--dflash", parts["dflash"], "--alpha", "0.5", "--dry-run"]) == 2
+    assert "give a head" in capsys.readouterr().err
 
     monkeypatch.setenv("PATH", "")  # no vllm here: the error says how to get it
     assert cli.main(["serve", parts["target"], "--dflash", parts["dflash"]]) == 2
     assert "make engine" in capsys.readouterr().err
+
+
+def test_serving_a_head_names_a_drafter_folder_for_the_plugin(parts, tmp_path, capsys):
+    folder = tmp_path / "dels-drafter"
+    argv = ["serve", parts["target"], "--dflash", parts["dflash"], "--head", parts["head"], "--alpha", "0.4",
+            "--drafter-folder", str(folder), "--dry-run"]
+    assert cli.main(argv) == 0
+    command = shlex.split(capsys.readouterr().out.strip())
+    config = json.loads(command[command.index("--speculative-config") + 1])
+    assert config == {"method": "dflash", "model": str(folder), "num_speculative_tokens": 7}
+    written = json.loads((folder / "config.json").read_text())
+    assert written["architectures"] == ["DFlashDeLSDraftModel"] and written["dels_fusion"]["alpha"] == 0.4
+
+    # A head for another tokenizer fails the pairing check before any folder is written.
+    make_head(make_tokenizer(prefix="w")).save_pretrained(tmp_path / "foreign-head")
+    with pytest.raises(IncompatibleTokenizerError):
+        vllm_serve_command(parts["target"], parts["dflash"], str(tmp_path / "foreign-head"),
+                           fusion={"folder": tmp_path / "never"})
+    assert not (tmp_path / "never").exists()
 
 
 def test_a_gguf_target_is_served_by_its_file_with_the_folders_tokenizer(parts):

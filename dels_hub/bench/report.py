@@ -8,6 +8,7 @@ import json
 from pathlib import Path
 
 from ..files import replaced_atomically, write_text_atomic
+from .engine import engine_markdown
 
 TABLE_COLUMNS = (
     "Row", "tau (95% CI)", "TPOT ms", "tokens/s", "Speedup", "Paired speedup (median, min-max)", "TTFT ms",
@@ -212,6 +213,6 @@ def write_report(results: dict, runs: dict, prompts, out) -> dict:
             for prompt, run in zip(prompts, row_runs):
                 record = {"row": name, "prompt": prompt.id, "turns": run.texts, "tokens": run.tokens}
                 handle.write(json.dumps(record, ensure_ascii=False) + "\n")
-    write_text_atomic(files["markdown"], markdown_table(results))
+    write_text_atomic(files["markdown"], markdown_table(results) + engine_markdown(results))
     write_text_atomic(files["results_json"], json.dumps(results, indent=2, default=str))
     return results["files"]

@@ -91,6 +91,12 @@ class BenchSettings:
         True, f"the transformers rows to run, some of {', '.join(PEERS)} (default: all)",
         nargs="+", choices=PEERS, cli_default=list(PEERS), metavar="PEER",
     )  # fmt: skip
+    engine: str | None = option(None, "the Python of a vLLM environment (`make engine`: .venv-engine/bin/python): "
+                                "adds vLLM rows, target alone, + DFlash and + DFlash + head, on the prompts' first "
+                                "turns at concurrency 1 and 8", metavar="PYTHON")
+    engine_target: str | None = option(None, "the target as vLLM loads it (default: --target; a GGUF target needs "
+                                       "a transformers folder: `make engine` writes cache/smollm2-135m-instruct)",
+                                       metavar="PATH")
     warmup: bool = True
     progress: bool = True
 
@@ -106,6 +112,17 @@ class BenchSettings:
             (self.batch_size is None or self.batch_size >= 1, f"batch_size must be >= 1, got {self.batch_size}"),
             (self.batch_size is None or not self.score,
              "--score reads the per-prompt bench's answers; it does not combine with --batch-size"),
+            (self.engine is None or self.batch_size is None,
+             "--engine measures its own concurrency; it does not combine with --batch-size"),
+            (self.engine is None or Path(str(self.engine)).is_file(),
+             f"--engine must be the Python of a vLLM environment (make engine: .venv-engine/bin/python); "
+             f"{self.engine!r} is not a file"),
+            (self.engine is not None or self.engine_target is None, "--engine-target needs --engine"),
+            (self.engine is None or self.engine_target is not None or not self.target_kwargs.get("gguf_file"),
+             "vLLM cannot load this GGUF target as the bench does: give --engine-target, a transformers folder of "
+             "the same model (`make engine` writes cache/smollm2-135m-instruct)"),
+            (self.engine is None or isinstance(self.target, (str, os.PathLike)),
+             "--engine needs the target as a path or Hub id (vLLM loads it in its own process)"),
         ]  # fmt: skip
         for ok, message in checks:
             if not ok:
@@ -476,6 +493,17 @@ def load_generator(settings: BenchSettings) -> DeLSGenerator:
     return generator
 
 
+def run_engine_rows(settings, runs, prompts, tokenizer, block_size: int, greedy: bool) -> dict:
+    """The vLLM rows (``engine.py``) on the first turns of the same prompts."""
+    from .engine import engine_rows
+
+    prompt_ids = [encode_chat(tokenizer, prompt.messages, "cpu")[0].tolist() for prompt in prompts]
+    reference = [run.samples[0].new_tokens for run in runs[REFERENCE]] if greedy and REFERENCE in runs else None
+    rows, skipped = engine_rows(settings, prompt_ids, reference, block_size)
+    return {"python": str(settings.engine), "target": str(settings.engine_target or settings.target),
+            "new_tokens": rows[0]["new_tokens"] if rows else 0, "rows": rows, "skipped": skipped}
+
+
 def run_bench(target, dflash, heads=(), **options) -> dict:
     """Measure target alone, DFlash only, DeLS per head and the transformers peers on one dataset.
 
@@ -542,6 +570,8 @@ def run_bench(target, dflash, heads=(), **options) -> dict:
         )
         logger.error(message)
         warnings.warn(message, GreedyMismatchWarning, stacklevel=2)
+    if settings.engine is not None:
+        results["engine"] = run_engine_rows(settings, runs, prompts, tokenizer, block_size, sampling.greedy)
     if settings.score:
         from .score import score_humaneval
 

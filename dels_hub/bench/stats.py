@@ -36,6 +36,14 @@ def mean_ci95(values: list[float]) -> dict:
     return {"mean": mean, "low": mean - half, "high": mean + half, "n": len(values)}
 
 
+def tau_from_counters(drafts: int | None, accepted: int | None) -> float | None:
+    """An engine's acceptance length from its counters: accepted drafts plus the bonus token, per verify step
+    (vLLM's ``spec_decode_num_drafts`` and ``spec_decode_num_accepted_tokens``); None without drafts."""
+    if not drafts or accepted is None:
+        return None
+    return (accepted + drafts) / drafts
+
+
 def median(values: list[float]) -> float | None:
     return statistics.median(values) if values else None
 

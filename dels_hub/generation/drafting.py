@@ -27,6 +27,7 @@ def propose(
     q: torch.Tensor | None = None,
     races: torch.Tensor | None = None,
     copy: CopyChain | None = None,
+    fused: torch.Tensor | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor | None]:
     """Draft the k = bs - 1 tokens of a block, for each row of a batch.
 
@@ -41,6 +42,8 @@ def propose(
             (the compiled draft step's; one draw per block instead of one per position).
         copy: the block's copy expert (``copy_expert.CopyChain``), which votes at each slot and follows the
             drafts; None leaves it out.
+        fused: optional ``[B, k, V]`` float32 buffer that receives the fused logits each slot was drafted from
+            (vLLM's draft model hands logits, not tokens, to its proposer); the drafts are the same either way.
 
     Returns:
         ``(drafts [B, k], q [B, k, V] or None)``: q, the warped draft distributions the drafts were sampled from,
@@ -48,6 +51,8 @@ def propose(
     """
     rows, k = dflash_logits.shape[:2]
     if head is None and copy is None:
+        if fused is not None:
+            fused.copy_(dflash_logits)
         ids, probs = choose(dflash_logits, warping, generator, races)
         if drafts is None:
             return ids, probs
@@ -67,12 +72,14 @@ def propose(
         head_logits, state = head.step(anchor, state)
     for i in range(k):
         if head is not None:
-            fused = fuse_logits(dflash_logits[:, i], head_logits, log_prior, alpha[i], beta[i])
+            logits = fuse_logits(dflash_logits[:, i], head_logits, log_prior, alpha[i], beta[i])
         else:
-            fused = dflash_logits[:, i].float()
+            logits = dflash_logits[:, i].float()
         if copy is not None:
-            fused = copy.vote(fused)
-        token, probs = choose(fused, warping, generator, None if races is None else races[:, i])
+            logits = copy.vote(logits)
+        if fused is not None:
+            fused[:, i] = logits
+        token, probs = choose(logits, warping, generator, None if races is None else races[:, i])
         drafts[:, i] = token
         if q is not None:
             q[:, i] = probs
