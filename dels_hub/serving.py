@@ -25,8 +25,7 @@ from .arguments import add_fusion_arguments, fusion_schedules, json_object, non_
 from .checks import check_compatibility
 from .dflash import DFlashConfig, DFlashDraftModel
 from .errors import BlockSizeError, ServingError
-from .heads import DeLSLocalHead, DeLSLocalHeadConfig
-from .loading import tokenizer_for
+from .loading import load_head, tokenizer_for
 from .locations import model_location
 from .vllm_plugin import write_drafter_folder
 
@@ -51,22 +50,23 @@ def vllm_speculative_config(dflash, head=None, num_speculative_tokens: int | Non
     if head is not None:
         location = str(write_drafter_folder(location, head, drafts, alpha=alpha, beta=beta,
                                             pure_prefix_len=pure_prefix_len, folder=folder))
-    elif (alpha, beta, pure_prefix_len) != (None, None, None):
-        raise ServingError("alpha, beta and pure_prefix_len weigh a head: give a head, or leave them out")
+    elif (alpha, beta, pure_prefix_len, folder) != (None, None, None, None):
+        raise ServingError("alpha, beta, pure_prefix_len and the drafter folder are for a head: give a head, or "
+                           "leave them out")
     return {"method": "dflash", "model": location, "num_speculative_tokens": drafts}
 
 
 def check_pairing(target, dflash, head=None, **target_kwargs) -> None:
     """``check_compatibility`` on meta-device models built from the configs: the same specific errors as
-    ``DeLSGenerator.from_pretrained``, without loading a weight."""
+    ``DeLSGenerator.from_pretrained``, without loading the target's or the drafter's weights. A head is small and
+    is loaded as ``from_pretrained`` loads it (an adapter over its base head, merged)."""
     target_location = model_location(target, "target")
     dflash_location = model_location(dflash, "DFlash drafter")
     target_config = AutoConfig.from_pretrained(target_location, **target_kwargs)
     with torch.device("meta"):
         target_model = AutoModelForCausalLM.from_config(target_config)
         drafter = DFlashDraftModel(DFlashConfig.from_pretrained(dflash_location))
-        if head is not None:
-            head = DeLSLocalHead(DeLSLocalHeadConfig.from_pretrained(model_location(head, "local head")))
+    head = load_head(head)
     check_compatibility(target_model, drafter, head, tokenizer_for(target_location, None, **target_kwargs))
 
 
@@ -95,10 +95,13 @@ def add_serve_arguments(parser: argparse.ArgumentParser) -> argparse.ArgumentPar
     fusion.add_argument("--pure-prefix-len", type=non_negative_int, default=None, metavar="N",
                         help="leading draft positions that take the drafter's logits alone (default: the head's)")
     fusion.add_argument("--drafter-folder", default=None, metavar="DIR",
-                        help="where to write the DeLS drafter folder that vLLM loads (default: a cache folder)")
+                        help="where to write the DeLS drafter folder that vLLM loads: new, empty, or one written "
+                             "before, which is replaced (default: a folder in $DELS_HUB_CACHE/vllm)")
     parser.add_argument("--target-kwargs", type=json_object, default={}, metavar="JSON",
                         help="extra from_pretrained arguments of the target for the pairing check (JSON)")
-    parser.add_argument("--dry-run", action="store_true", help="check the pairing and print the vllm command only")
+    parser.add_argument("--dry-run", action="store_true",
+                        help="check the pairing and print the vllm command only (with --head, the drafter folder the "
+                             "command names is written, so that the command runs as printed)")
     parser.epilog = "Everything after -- goes to vllm serve as it is (--port, --tensor-parallel-size, ...)."
     return parser
 

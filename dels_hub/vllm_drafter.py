@@ -19,14 +19,20 @@ from .vllm_plugin import BlockFusion, fused_draft_logits
 
 class DFlashDeLSDraftModel(DFlashQwen3ForCausalLM):
     def __init__(self, *, vllm_config, prefix: str = ""):
+        speculative = vllm_config.speculative_config
+        if speculative.num_speculative_tokens_per_batch_size is not None:
+            # compute_logits groups its rows into blocks of the configured k; a k that changes per step would
+            # group them wrongly without any error.
+            raise ValueError("the DeLS head needs a fixed number of speculative tokens; "
+                             "num_speculative_tokens_per_batch_size (dynamic speculation) is not supported")
         super().__init__(vllm_config=vllm_config, prefix=prefix)
-        self.num_drafts = vllm_config.speculative_config.num_speculative_tokens
+        self.num_drafts = speculative.num_speculative_tokens
         # A plain attribute, not a submodule: vLLM's weight loader and graph capture see only the DFlash drafter.
         self.fusion: BlockFusion | None = None
         self.block_ids: torch.Tensor | None = None
 
     def load_weights(self, weights):
-        loaded = super().load_weights(weights)
+        loaded = super().load_weights(weights)  # vLLM's DFlash drafter returns None; passed on as it is
         self.fusion = BlockFusion.from_folder(self.draft_model_config.model, self.num_drafts,
                                               self.lm_head.weight.device)
         return loaded
@@ -39,12 +45,12 @@ class DFlashDeLSDraftModel(DFlashQwen3ForCausalLM):
         logits = super().compute_logits(hidden_states)
         rows = hidden_states.shape[0]
         if logits is None or self.fusion is None or self.block_ids is None or rows % self.num_drafts:
-            return logits  # a profiling or warm-up call, not a drafted block
+            return logits  # not rows of drafted blocks (no forward yet, or not k rows per request): nothing to fuse
         requests, stride = rows // self.num_drafts, self.num_drafts + 1
         ids = self.block_ids
         if ids.numel() < requests * stride and ids._base is not None:
-            # Under a replayed CUDA graph the forward's Python does not run, and the kept view is the one of the
-            # last capture; it views the proposer's persistent input buffer, which holds this call's ids.
+            # With VLLM_USE_BREAKABLE_CUDAGRAPH a replayed drafter forward may skip this class's Python, leaving the
+            # view of the last capture; it views the proposer's persistent input buffer, which holds this call's ids.
             ids = ids._base.view(-1)
         anchors = ids[: requests * stride : stride]
         return fused_draft_logits(self.fusion, logits, anchors)

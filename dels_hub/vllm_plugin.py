@@ -29,7 +29,8 @@ from .loading import load_head
 from .locations import is_hub_id, model_location
 from .sampling import Warping
 
-ARCHITECTURE = "DFlashDeLSDraftModel"  # vLLM keeps a DFlash drafter's architecture name only if it starts with DFlash
+# vLLM renames a DFlash draft architecture to DFlash{name} unless the name starts or ends with DFlash.
+ARCHITECTURE = "DFlashDeLSDraftModel"
 MODEL_CLASS = "dels_hub.vllm_drafter:DFlashDeLSDraftModel"
 FUSION_KEY = "dels_fusion"
 HEAD_FOLDER = "head"
@@ -54,45 +55,88 @@ def write_drafter_folder(dflash, head, num_drafts: int, *, alpha: Schedule | Non
                          beta: Schedule | None = None, pure_prefix_len: int | None = None, folder=None) -> Path:
     """Write (or reuse) the DeLS drafter folder for vLLM that pairs the DFlash drafter ``dflash`` with ``head``
     (each a local folder or a Hub id; a head adapter is merged). Fusion settings default to the head's, as in
-    ``DeLSGenerator``, and are checked for ``num_drafts`` positions before anything is written.
+    ``DeLSGenerator``, and are checked for ``num_drafts`` positions before the drafter is fetched or anything is
+    written.
 
-    ``folder`` defaults to a folder under ``default_folder()`` named by a hash of the inputs, so the same pairing
-    reuses its folder. The folder is assembled beside its destination and renamed into place: never half-written.
+    ``folder`` defaults to a folder under ``default_folder()`` named by a hash of the contents (the head's weights,
+    the drafter's config and weight files, the fusion settings): the same pairing reuses it, a retrained head or
+    drafter gets a new one. A given ``folder`` may be new, empty, or a DeLS drafter folder written before (it is
+    replaced); anything else is refused. The folder is assembled beside its destination and renamed into place:
+    never half-written.
     """
-    dflash_files = _local_files(dflash)
-    config = json.loads((dflash_files / "config.json").read_text(encoding="utf-8"))
+    if folder is not None:
+        _check_replaceable(Path(folder))
     head_model = load_head(head)
-    head_config = head_model.config
     fusion = {
-        "alpha": alpha if alpha is not None else head_config.alpha,
-        "beta": beta if beta is not None else head_config.beta,
-        "pure_prefix_len": pure_prefix_len if pure_prefix_len is not None else head_config.pure_prefix_len,
+        "alpha": alpha if alpha is not None else head_model.config.alpha,
+        "beta": beta if beta is not None else head_model.config.beta,
+        "pure_prefix_len": pure_prefix_len if pure_prefix_len is not None else head_model.config.pure_prefix_len,
     }
     fusion_weights(fusion["alpha"], fusion["beta"], fusion["pure_prefix_len"], num_drafts)
+    dflash_files = _local_files(dflash)
+    linked = sorted(path for pattern in LINKED_FILES for path in dflash_files.glob(pattern))
+    config = json.loads((dflash_files / "config.json").read_text(encoding="utf-8"))
     config["architectures"] = [ARCHITECTURE]
     config[FUSION_KEY] = fusion | {"head": HEAD_FOLDER}
     if folder is None:
-        key = json.dumps([str(dflash_files.resolve()), str(head), fusion], sort_keys=True)
-        name = f"{Path(str(dflash)).name}+{Path(str(head)).name}-{hashlib.sha256(key.encode()).hexdigest()[:10]}"
-        folder = default_folder() / name
+        key = _contents_hash(config, linked, head_model)
+        folder = default_folder() / f"{Path(str(dflash)).name}+{Path(str(head)).name}-{key}"
         if (folder / "config.json").is_file():
             return folder
     folder = Path(folder)
-    if folder.exists() and any(folder.iterdir()):
-        raise FileExistsError(f"{folder} exists and is not empty; name a new folder for the DeLS drafter")
     folder.parent.mkdir(parents=True, exist_ok=True)
     staging = Path(tempfile.mkdtemp(dir=folder.parent, prefix=f".{folder.name}.writing-"))
     try:
-        for weights in sorted(dflash_files.glob("*.safetensors")):
-            (staging / weights.name).symlink_to(weights.resolve())
+        for path in linked:
+            (staging / path.name).symlink_to(path.resolve())
         head_model.save_pretrained(staging / HEAD_FOLDER, safe_serialization=True)
         (staging / "config.json").write_text(json.dumps(config, indent=2) + "\n", encoding="utf-8")
-        if folder.exists():
-            folder.rmdir()
-        os.replace(staging, folder)
+        _move_into_place(staging, folder)
     finally:
         shutil.rmtree(staging, ignore_errors=True)
     return folder
+
+
+LINKED_FILES = ("*.safetensors", "mask_embedding.pt")  # what vLLM reads from a DFlash drafter's folder
+
+
+def _check_replaceable(folder: Path) -> None:
+    if folder.exists() and any(folder.iterdir()) and _architecture(folder) != ARCHITECTURE:
+        raise FileExistsError(f"{folder} is not empty and is not a DeLS drafter folder; name a new or empty folder")
+
+
+def _architecture(folder: Path) -> str | None:
+    try:
+        return json.loads((folder / "config.json").read_text(encoding="utf-8"))["architectures"][0]
+    except (OSError, ValueError, KeyError, IndexError, TypeError):
+        return None
+
+
+def _move_into_place(staging: Path, folder: Path) -> None:
+    """Rename ``staging`` to ``folder``, replacing an empty folder or an earlier DeLS drafter folder there. Another
+    process that wrote the same folder first wins: its folder is as good as ours."""
+    old = None
+    if folder.exists():
+        old = folder.with_name(f".{folder.name}.old-{os.getpid()}")
+        os.replace(folder, old)
+    try:
+        os.replace(staging, folder)
+    except OSError:
+        if _architecture(folder) != ARCHITECTURE:
+            raise
+    if old is not None:
+        shutil.rmtree(old, ignore_errors=True)
+
+
+def _contents_hash(config: dict, linked: list[Path], head_model) -> str:
+    digest = hashlib.sha256(json.dumps(config, sort_keys=True).encode())
+    for path in linked:  # a retrained drafter has new files: their size and time stand for their bytes
+        stat = path.resolve().stat()
+        digest.update(f"{path.name}:{stat.st_size}:{stat.st_mtime_ns}".encode())
+    for name, tensor in sorted(head_model.state_dict().items()):
+        digest.update(name.encode())
+        digest.update(tensor.detach().cpu().contiguous().view(torch.uint8).numpy().tobytes())
+    return digest.hexdigest()[:12]
 
 
 def _local_files(dflash) -> Path:
@@ -100,7 +144,7 @@ def _local_files(dflash) -> Path:
     if is_hub_id(location):
         from huggingface_hub import snapshot_download
 
-        return Path(snapshot_download(location, allow_patterns=["*.json", "*.safetensors"]))
+        return Path(snapshot_download(location, allow_patterns=["*.json", *LINKED_FILES]))
     return Path(location)
 
 

@@ -304,7 +304,7 @@ def test_engine_settings_fail_before_any_work(tmp_path):
     for options, message in cases:
         with pytest.raises(BenchArgumentError, match=message):
             run_bench("some/target", "some/drafter", dataset="humaneval", **options)
-    with pytest.raises(BenchArgumentError, match="as a path or Hub id"):
+    with pytest.raises(BenchArgumentError, match="as paths or Hub ids"):
         run_bench(Untouchable(), "some/drafter", dataset="humaneval", engine=str(python))
 
 

@@ -96,7 +96,7 @@ def test_vllm_with_our_drafter_gives_the_targets_greedy_tokens(tmp_path, referen
     # Both run the same drafter on the same target: acceptance should agree closely (vLLM counts the blocks of
     # its own scheduler, and stops drafting where a request ends).
     print(f"vLLM tau {tau:.3f}, DeLSGenerator tau {reference['tau_dflash']:.3f}")
-    assert abs(tau - reference["tau_dflash"]) < 0.25, (tau, reference["tau_dflash"])
+    assert abs(tau - reference["tau_dflash"]) < 0.02, (tau, reference["tau_dflash"])
 
 
 def test_vllm_with_the_head_plugin_fuses_as_we_do_and_stays_exact(tmp_path, reference, vllm_dflash):
@@ -106,10 +106,15 @@ def test_vllm_with_the_head_plugin_fuses_as_we_do_and_stays_exact(tmp_path, refe
     assert fused["fusion"]["max_abs_difference"] < 1e-4, fused["fusion"]
     # ...which is not the drafter's own logits (the negative control: the check would see a missing fusion).
     assert fused["fusion"]["head_changed_logits"] > 1e-2, fused["fusion"]
+    # While vLLM answered the first prompt alone, the head read that request's committed tokens as its anchors.
+    anchors = fused["anchors"]
+    assert anchors["blocks"] > 1 and anchors["one_per_block"] and anchors["follow_the_answer"], anchors
     tau = vllm_tau(fused)
     print(f"vLLM + head tau {tau:.3f}, DeLSGenerator with the head {reference['tau_dels']:.3f}, "
           f"DFlash only {reference['tau_dflash']:.3f}")
-    assert abs(tau - reference["tau_dels"]) < 0.25, (tau, reference["tau_dels"])
+    # Tighter than the head's whole effect (DeLSGenerator: 1.366 with it, 1.327 without), so a head that is not
+    # fused, or fused from wrong anchors, fails here.
+    assert abs(tau - reference["tau_dels"]) < 0.02, (tau, reference["tau_dels"])
     assert tau >= vllm_tau(vllm_dflash), (tau, vllm_tau(vllm_dflash))
 
 

@@ -1,14 +1,17 @@
 """The DeLS head for vLLM, the parts that need no vLLM: the drafter folder the plugin's architecture is named in,
 and the fused logits its ``compute_logits`` returns (vLLM itself runs them in tests/test_engine.py)."""
 
+import importlib.util
 import json
+from pathlib import Path
 
 import pytest
 import torch
 
 from dels_hub.errors import FusionScheduleError
-from dels_hub.fusion import fuse_logits
+from dels_hub.generation.drafting import propose
 from dels_hub.loading import load_head
+from dels_hub.sampling import Warping
 from dels_hub.vllm_plugin import (
     ARCHITECTURE,
     FUSION_KEY,
@@ -28,14 +31,16 @@ def parts(tmp_path_factory):
     return root
 
 
-def chain_by_hand(fusion: BlockFusion, drafter: torch.Tensor, anchors: torch.Tensor) -> torch.Tensor:
-    """The fused greedy chain written out with ``fuse_logits``: the head reads the anchor, then each argmax."""
-    head, blocks = fusion.head, []
-    head_logits, state = head.step(anchors, head.initial_state(anchors.shape[0]))
-    for i in range(fusion.num_drafts):
-        blocks.append(fuse_logits(drafter[:, i], head_logits, fusion.log_prior, fusion.alpha[i], fusion.beta[i]))
-        head_logits, state = head.step(blocks[-1].argmax(-1), state)
-    return torch.stack(blocks, dim=1)
+def engine_script():
+    """scripts/vllm_generate.py, which holds the reference chain that the engine test checks vLLM's worker with."""
+    path = Path(__file__).resolve().parent.parent / "scripts" / "vllm_generate.py"
+    spec = importlib.util.spec_from_file_location("vllm_generate", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+HEAD_VOCAB = VOCAB - 4  # conftest's tokenizer (and so its head) has fewer ids than the target's embedding rows
 
 
 @torch.no_grad()
@@ -45,17 +50,34 @@ def test_the_plugins_logits_are_the_fused_chain_of_fuse_logits(parts, tmp_path):
     generator = torch.Generator().manual_seed(0)
     requests = 4
     drafter = torch.randn(requests * 7, VOCAB, generator=generator) * 3  # vLLM's rows: request-major, k per request
-    anchors = torch.randint(0, VOCAB - 4, (requests,), generator=generator)
-    fused = fused_draft_logits(fusion, drafter, anchors)
-    expected = chain_by_hand(fusion, drafter.view(requests, 7, VOCAB), anchors)
-    torch.testing.assert_close(fused.view(requests, 7, VOCAB), expected)
-    # The pure prefix takes the drafter alone; after it the head moves the logits (the control: a fusion that did
-    # nothing would fail the comparison above only if the chain changed, so check it changes them).
-    torch.testing.assert_close(fused.view(requests, 7, VOCAB)[:, 0], drafter.view(requests, 7, VOCAB)[:, 0])
-    assert (fused.view(requests, 7, VOCAB)[:, 1:] - drafter.view(requests, 7, VOCAB)[:, 1:]).abs().max() > 0.1
-    # Negative control: the head conditioned on other anchors gives other logits, so the comparison can fail.
-    other = chain_by_hand(fusion, drafter.view(requests, 7, VOCAB), (anchors + 1) % (VOCAB - 4))
-    assert not torch.allclose(fused.view(requests, 7, VOCAB), other)
+    anchors = torch.randint(0, HEAD_VOCAB, (requests,), generator=generator)
+    fused = fused_draft_logits(fusion, drafter, anchors).view(requests, 7, VOCAB)
+    blocks = drafter.view(requests, 7, VOCAB)
+    fused_chain = engine_script().fused_chain
+    torch.testing.assert_close(fused, fused_chain(fusion, blocks, anchors))
+    # The pure prefix takes the drafter alone; after it, the head moves the logits.
+    torch.testing.assert_close(fused[:, 0], blocks[:, 0])
+    assert (fused[:, 1:] - blocks[:, 1:]).abs().max() > 0.1
+    # Negative control: the same chain read from other anchors differs, so the comparison above can fail.
+    assert not torch.allclose(fused, fused_chain(fusion, blocks, (anchors + 1) % HEAD_VOCAB))
+
+
+def test_without_a_head_the_fused_logits_are_the_drafters():
+    drafter = torch.randn(2, 5, VOCAB, generator=torch.Generator().manual_seed(1))
+    fused = torch.empty(drafter.shape)
+    drafts, _ = propose(drafter, torch.tensor([3, 4]), Warping(), fused=fused)
+    torch.testing.assert_close(fused, drafter)
+    assert torch.equal(drafts, fused.argmax(-1))
+
+
+def test_recorded_anchors_are_checked_against_the_answer():
+    anchors_follow = engine_script().anchors_follow
+    answer = [5, 9, 9, 2, 7, 1, 8, 3]
+    assert anchors_follow([5, 2, 1, 3], answer, k=2)  # blocks that committed 3, 2 and 2 tokens
+    assert anchors_follow([5, 9], answer, k=2)
+    assert not anchors_follow([16, 2], answer, k=2)  # e.g. the mask token read as the anchor
+    assert not anchors_follow([5, 3], answer, k=2)  # a jump longer than one block
+    assert not anchors_follow([5, 1, 9], answer, k=2)  # out of order
 
 
 def test_the_drafter_folder_names_the_plugin_and_carries_the_head(parts, tmp_path):
@@ -64,6 +86,9 @@ def test_the_drafter_folder_names_the_plugin_and_carries_the_head(parts, tmp_pat
     assert config["architectures"] == [ARCHITECTURE]
     assert config["dflash_config"] == json.loads((parts / "dflash" / "config.json").read_text())["dflash_config"]
     assert config[FUSION_KEY] == {"alpha": 0.5, "beta": 0.3, "pure_prefix_len": 1, "head": "head"}
+    # Written again to the same folder, a DeLS drafter folder is replaced (here with other fusion settings).
+    write_drafter_folder(parts / "dflash", parts / "head", 7, alpha=0.9, folder=tmp_path / "dels")
+    assert json.loads((folder / "config.json").read_text())[FUSION_KEY]["alpha"] == 0.9
     weights = folder / "model.safetensors"
     assert weights.is_symlink() and weights.resolve() == (parts / "dflash" / "model.safetensors").resolve()
     for name, tensor in load_head(str(folder / "head")).state_dict().items():
@@ -89,9 +114,21 @@ def test_a_bad_schedule_or_a_used_folder_fails_before_anything_is_written(parts,
     assert not [path for path in tmp_path.iterdir() if path.name.startswith(".")]  # no staging folder left
 
 
-def test_the_default_folder_is_reused_for_the_same_pairing(parts, tmp_path, monkeypatch):
-    monkeypatch.setenv("DELS_HUB_CACHE", str(tmp_path))
+def test_the_default_folder_is_reused_for_the_same_contents_only(parts, tmp_path, monkeypatch):
+    monkeypatch.setenv("DELS_HUB_CACHE", str(tmp_path / "cache"))
     first = write_drafter_folder(parts / "dflash", parts / "head", 7)
-    assert first.parent == tmp_path / "vllm"
+    assert first.parent == tmp_path / "cache" / "vllm"
     assert write_drafter_folder(parts / "dflash", parts / "head", 7) == first
     assert write_drafter_folder(parts / "dflash", parts / "head", 7, alpha=0.9) != first
+    # A head retrained in the same folder gets a new drafter folder, never the old head.
+    make_head(make_tokenizer(), seed=7, alpha=0.5, beta=0.3).save_pretrained(tmp_path / "head")
+    retrained = write_drafter_folder(parts / "dflash", tmp_path / "head", 7)
+    make_head(make_tokenizer(), seed=8, alpha=0.5, beta=0.3).save_pretrained(tmp_path / "head")
+    assert write_drafter_folder(parts / "dflash", tmp_path / "head", 7) != retrained
+    # A mask embedding shipped beside the drafter's weights is linked too (vLLM reads it from the folder).
+    drafter = tmp_path / "dflash-with-mask"
+    drafter.mkdir()
+    for name in ("config.json", "model.safetensors"):
+        (drafter / name).write_bytes((parts / "dflash" / name).read_bytes())
+    (drafter / "mask_embedding.pt").write_bytes(b"vLLM's file, which dels_hub never reads")
+    assert (write_drafter_folder(drafter, parts / "head", 7) / "mask_embedding.pt").is_symlink()

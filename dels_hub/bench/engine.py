@@ -21,10 +21,11 @@ CONCURRENCY = (1, 8)
 ROWS = ("vLLM target", "vLLM + DFlash", "vLLM + DFlash + head")
 
 
-def engine_rows(settings, prompt_ids: list[list[int]], reference: list[list[int]] | None,
-                block_size: int) -> tuple[list[dict], list[dict]]:
-    """Run the vLLM rows; returns ``(rows, skipped)``. ``reference``: the target's greedy first-turn answers
-    (None when sampling)."""
+def engine_rows(settings, prompt_ids: list[list[int]], reference: list[list[int]] | None, block_size: int,
+                dtype: str, device: str) -> tuple[list[dict], list[dict]]:
+    """Run the vLLM rows with the bench's first drafter and head; returns ``(rows, skipped)``. ``reference``: the
+    target's greedy first-turn answers (None when sampling). ``dtype`` and ``device`` are the bench's: vLLM runs
+    the target in the same dtype, eagerly on a CPU and with its CUDA graphs on a GPU."""
     target = str(settings.engine_target or settings.target)
     drafter, head = settings.drafters[0], (settings.heads or [None])[0]
     configs = [(ROWS[0], None), (ROWS[1], vllm_speculative_config(drafter, None, block_size - 1))]
@@ -37,9 +38,10 @@ def engine_rows(settings, prompt_ids: list[list[int]], reference: list[list[int]
     rows = []
     for name, speculative in tqdm(configs, desc="bench: vLLM rows", unit="row", disable=not settings.progress):
         result = run_worker(settings.engine, {
-            "target": target, "prompts": prompt_ids, "max_tokens": settings.max_new_tokens,
+            "target": target, "dtype": dtype, "enforce_eager": device == "cpu",
+            "prompts": prompt_ids, "max_tokens": settings.max_new_tokens,
             "temperature": settings.temperature, "top_p": settings.top_p, "seed": settings.seed,
-            "concurrency": list(CONCURRENCY), "speculative_config": speculative,
+            "concurrency": [min(c, len(prompt_ids)) for c in CONCURRENCY], "speculative_config": speculative,
         })
         rows.append(summarize_row(name, result, reference))
     return rows, skipped
@@ -60,12 +62,13 @@ def run_worker(python: str, spec: dict) -> dict:
 def summarize_row(name: str, result: dict, reference: list[list[int]] | None) -> dict:
     phases = result["concurrency"]
     row = {"name": name, "greedy_equal": None if reference is None else result["answers"] == reference}
-    for concurrency, phase in phases.items():
-        row[f"tokens_per_second_c{concurrency}"] = phase["new_tokens"] / phase["seconds"]
+    for label, (concurrency, phase) in zip(("c1", "c8"), phases.items()):
         counters = phase["spec_decode"]
-        row[f"tau_c{concurrency}"] = tau_from_counters(counters.get("vllm:spec_decode_num_drafts"),
-                                                       counters.get("vllm:spec_decode_num_accepted_tokens"))
-    row["new_tokens"] = phases[str(CONCURRENCY[0])]["new_tokens"]
+        row[f"concurrency_{label}"] = int(concurrency)  # 8, or every prompt when there are fewer
+        row[f"tokens_per_second_{label}"] = phase["new_tokens"] / phase["seconds"]
+        row[f"tau_{label}"] = tau_from_counters(counters.get("vllm:spec_decode_num_drafts"),
+                                                counters.get("vllm:spec_decode_num_accepted_tokens"))
+    row["new_tokens"] = next(iter(phases.values()))["new_tokens"]
     return row
 
 
@@ -79,7 +82,8 @@ def engine_markdown(results: dict) -> str:
         f"**vLLM** ({engine['python']}, target `{engine['target']}`): first turns of the same prompts, "
         f"{engine['new_tokens']} new tokens at concurrency 1.",
         "",
-        "| Row | tau | tokens/s, concurrency 1 | tokens/s, concurrency 8 | Greedy = target |",
+        f"| Row | tau | tokens/s, concurrency 1 | tokens/s, concurrency {engine['rows'][0]['concurrency_c8']} "
+        f"| Greedy = target |",
         "|---|---|---|---|---|",
     ]
     for row in engine["rows"]:

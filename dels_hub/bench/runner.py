@@ -92,8 +92,8 @@ class BenchSettings:
         nargs="+", choices=PEERS, cli_default=list(PEERS), metavar="PEER",
     )  # fmt: skip
     engine: str | None = option(None, "the Python of a vLLM environment (`make engine`: .venv-engine/bin/python): "
-                                "adds vLLM rows, target alone, + DFlash and + DFlash + head, on the prompts' first "
-                                "turns at concurrency 1 and 8", metavar="PYTHON")
+                                "adds vLLM rows, the target alone, + the first DFlash drafter and + it with the first "
+                                "head, on the prompts' first turns at concurrency 1 and 8", metavar="PYTHON")
     engine_target: str | None = option(None, "the target as vLLM loads it (default: --target; a GGUF target needs "
                                        "a transformers folder: `make engine` writes cache/smollm2-135m-instruct)",
                                        metavar="PATH")
@@ -121,8 +121,10 @@ class BenchSettings:
             (self.engine is None or self.engine_target is not None or not self.target_kwargs.get("gguf_file"),
              "vLLM cannot load this GGUF target as the bench does: give --engine-target, a transformers folder of "
              "the same model (`make engine` writes cache/smollm2-135m-instruct)"),
-            (self.engine is None or isinstance(self.target, (str, os.PathLike)),
-             "--engine needs the target as a path or Hub id (vLLM loads it in its own process)"),
+            (self.engine is None or all(isinstance(part, (str, os.PathLike))
+                                        for part in [self.target, self.drafters[0], *self.heads[:1]]),
+             "--engine needs the target, the first drafter and the first head as paths or Hub ids (vLLM loads "
+             "them in its own process)"),
         ]  # fmt: skip
         for ok, message in checks:
             if not ok:
@@ -493,13 +495,14 @@ def load_generator(settings: BenchSettings) -> DeLSGenerator:
     return generator
 
 
-def run_engine_rows(settings, runs, prompts, tokenizer, block_size: int, greedy: bool) -> dict:
+def run_engine_rows(settings, runs, prompts, generator, block_size: int, greedy: bool) -> dict:
     """The vLLM rows (``engine.py``) on the first turns of the same prompts."""
     from .engine import engine_rows
 
-    prompt_ids = [encode_chat(tokenizer, prompt.messages, "cpu")[0].tolist() for prompt in prompts]
+    prompt_ids = [encode_chat(generator.tokenizer, prompt.messages, "cpu")[0].tolist() for prompt in prompts]
     reference = [run.samples[0].new_tokens for run in runs[REFERENCE]] if greedy and REFERENCE in runs else None
-    rows, skipped = engine_rows(settings, prompt_ids, reference, block_size)
+    dtype = str(generator.target.dtype).removeprefix("torch.")
+    rows, skipped = engine_rows(settings, prompt_ids, reference, block_size, dtype, generator.device.type)
     return {"python": str(settings.engine), "target": str(settings.engine_target or settings.target),
             "new_tokens": rows[0]["new_tokens"] if rows else 0, "rows": rows, "skipped": skipped}
 
@@ -571,7 +574,7 @@ def run_bench(target, dflash, heads=(), **options) -> dict:
         logger.error(message)
         warnings.warn(message, GreedyMismatchWarning, stacklevel=2)
     if settings.engine is not None:
-        results["engine"] = run_engine_rows(settings, runs, prompts, tokenizer, block_size, sampling.greedy)
+        results["engine"] = run_engine_rows(settings, runs, prompts, generator, block_size, sampling.greedy)
     if settings.score:
         from .score import score_humaneval
 
