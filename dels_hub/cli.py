@@ -37,6 +37,8 @@ def _add_generate(subparsers):
                         help="the copy expert: longest match of up to N tokens votes for what followed (0: off)")
     parser.add_argument("--copy-gamma", type=float, default=None, metavar="G",
                         help="the copy expert's gamma at a full-length match (default: the tuned default)")
+    parser.add_argument("--draft-vocab", type=positive_int, default=None, metavar="N",
+                        help="the drafter scores only the head's N most frequent tokens (default: every token)")
     parser.set_defaults(func=_generate)
 
 
@@ -50,7 +52,8 @@ def _generate(args):
     copy = CopySettings(args.copy_ngram, DEFAULT_GAMMA if args.copy_gamma is None else args.copy_gamma)
     fusion = fusion_schedules(args)
     generator = DeLSGenerator.from_pretrained(args.target, args.dflash, args.head, copy_ngram=copy.max_ngram,
-                                              copy_gamma=copy.gamma, **fusion, **args.target_kwargs)
+                                              copy_gamma=copy.gamma, draft_vocab=args.draft_vocab, **fusion,
+                                              **args.target_kwargs)
     input_ids = generator.tokenizer.apply_chat_template(
         [{"role": "user", "content": args.prompt}], add_generation_prompt=True, return_tensors="pt", return_dict=True
     )["input_ids"]

@@ -49,6 +49,10 @@ class FusionScheduleError(DeLSError):
     """An alpha/beta schedule has the wrong length or a non-finite value."""
 
 
+class DraftVocabularyError(DeLSError):
+    """A draft vocabulary is not a set of token ids the target's LM head has, or cannot be counted."""
+
+
 class UnsupportedInputError(DeLSError):
     """Generation input the loop does not support (batch size > 1, padding, empty prompt)."""
 

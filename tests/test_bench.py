@@ -187,6 +187,21 @@ def test_batched_rows_equal_target_generate_and_a_broken_verifier_is_caught(mode
         runner.BenchSettings(target="T", dflash="D", batch_size=0).validate()
 
 
+def test_draft_vocab_adds_a_pruned_row_beside_each_speculative_row(models, chat_tokenizer, jsonl_dataset, tmp_path):
+    target, drafter, head = models
+    results = run_bench(target, drafter, [head], tokenizer=chat_tokenizer, dataset=jsonl_dataset, num_prompts=2,
+                        max_new_tokens=12, peers=False, progress=False, copy_ngram=2, draft_vocab=20,
+                        out=str(tmp_path))
+    rows = {row["name"]: row for row in results["rows"]}
+    pruned = ["DFlash (b=8), vocab 20", "DFlash (b=8) + copy, vocab 20", "DeLS (b=8, head0), vocab 20",
+              "DeLS (b=8, head0) + copy, vocab 20"]
+    assert set(pruned) <= set(rows) and results["greedy_check"]["ok"]
+    assert all(rows[name]["gain_of_draft_vocab"]["baseline"] == name.removesuffix(", vocab 20") for name in pruned)
+    assert "`DFlash (b=8), vocab 20` over `DFlash (b=8)`" in (tmp_path / "results.md").read_text()
+    with pytest.raises(BenchArgumentError, match="give a head and N >= 1"):
+        runner.BenchSettings(target="T", dflash="D", draft_vocab=8).validate()
+
+
 def test_sampling_run_skips_the_equality_check(models, chat_tokenizer, jsonl_dataset):
     target, drafter, _ = models
     results = run_bench(

@@ -61,6 +61,7 @@ class Row:
     compare_to: str | None = None  # a DeLS row's DFlash-only row (same drafter): its gain is reported paired
     compare_to_head: str | None = None  # with several heads, the first head's DeLS row (same drafter), idem
     compare_to_base: str | None = None  # a "+ copy" row's row without the copy expert, idem
+    compare_to_full_vocab: str | None = None  # a pruned-vocabulary row's row that drafts over every token, idem
 
     def generate(self, input_ids: torch.Tensor, sampling: Sampling, seed: int) -> Sample:
         raise NotImplementedError

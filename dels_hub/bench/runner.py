@@ -18,6 +18,7 @@ from tqdm.auto import tqdm
 
 from ..arguments import json_object, option
 from ..copy_expert import DEFAULT_GAMMA, CopySettings
+from ..draft_vocabulary import most_frequent
 from ..errors import BenchArgumentError
 from ..generation import DeLSGenerator
 from ..generation.settings import checked_block_size
@@ -77,6 +78,9 @@ class BenchSettings:
     copy_ngram: int = option(0, "above 0: add a '+ copy' row beside every DFlash and DeLS row, the copy expert with "
                              "matches of up to N tokens", metavar="N")
     copy_gamma: float = option(DEFAULT_GAMMA, "the copy expert's gamma at a full-length match", metavar="G")
+    draft_vocab: int | None = option(None, "add a 'vocab N' row beside every DFlash and DeLS row (and + copy row): "
+                                     "the drafter scores only the N most frequent tokens, by the first head's "
+                                     "unigram counts", metavar="N")
     seed: int = option(0, "prompt subset and sampling seed")
     out: str | None = option(None, "where results.json, results.md, samples.jsonl and the PNGs go (the Python "
                              "API's None writes nothing)", cli_default="bench-out", metavar="DIR")
@@ -112,6 +116,9 @@ class BenchSettings:
             (self.batch_size is None or self.batch_size >= 1, f"batch_size must be >= 1, got {self.batch_size}"),
             (self.batch_size is None or not self.score,
              "--score reads the per-prompt bench's answers; it does not combine with --batch-size"),
+            (self.draft_vocab is None or (self.draft_vocab >= 1 and bool(self.heads)),
+             f"draft_vocab counts tokens with the first head's unigram counts: give a head and N >= 1, got "
+             f"draft_vocab={self.draft_vocab} with {len(self.heads or [])} heads"),
             (self.engine is None or self.batch_size is None,
              "--engine measures its own concurrency; it does not combine with --batch-size"),
             (self.engine is None or Path(str(self.engine)).is_file(),
@@ -251,6 +258,12 @@ def build_rows(
             first_head_row = first_head_row or row
             rows.append(row)
             rows += copy_rows(settings, row, fused)
+    if settings.draft_vocab:
+        counted = heads[0].unigram_counts.numel()
+        if settings.draft_vocab > counted:
+            raise BenchArgumentError(f"draft_vocab must be at most {counted}, the tokens the first head counted; "
+                                     f"got {settings.draft_vocab}")
+        rows += vocab_rows(rows, most_frequent(heads[0].unigram_counts, settings.draft_vocab))
     wanted = settings.peer_names
     skipped = [{"row": f"transformers {name}", "reason": "not asked for (peers)"}
                for name in PEERS if name not in wanted]
@@ -278,6 +291,20 @@ def copy_rows(settings: BenchSettings, base: LoopRow, generator: DeLSGenerator) 
     row = LoopRow(f"{base.name} + copy", base.kind, copying, base.block_size, base.head, base.alpha, base.beta)
     row.compare_to_base = base.name
     return [row]
+
+
+def vocab_rows(rows: list[Row], token_ids) -> list[LoopRow]:
+    """Each DFlash and DeLS row again with a pruned draft vocabulary, compared with it paired per prompt."""
+    pruned = []
+    for base in [row for row in rows if row.kind in ("dflash", "dels")]:
+        full = base.generator
+        generator = DeLSGenerator(full.target, full.drafter, full.head, full.tokenizer, copy_ngram=full.copy.max_ngram,
+                                  copy_gamma=full.copy.gamma, draft_vocab=token_ids)
+        row = LoopRow(f"{base.name}, vocab {len(token_ids)}", base.kind, generator, base.block_size, base.head,
+                      base.alpha, base.beta)
+        row.compare_to_full_vocab = base.name
+        pruned.append(row)
+    return pruned
 
 
 # -- measuring -------------------------------------------------------------------------------------------
@@ -457,7 +484,7 @@ def summarize(rows: list[Row], runs: dict, prompts: list[Prompt], greedy: dict |
             "per_prompt": recs,
         }
         for key, base in (("gain_over_dflash", row.compare_to), ("gain_over_first_head", row.compare_to_head),
-                          ("gain_of_copy", row.compare_to_base)):
+                          ("gain_of_copy", row.compare_to_base), ("gain_of_draft_vocab", row.compare_to_full_vocab)):
             if base in records:
                 summary[key] = gain_over(records[base], recs, tpot[base], tpot[row.name]) | {"baseline": base}
         summaries.append(summary)

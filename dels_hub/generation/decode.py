@@ -184,6 +184,7 @@ def speculative_decode(
     static_cache: bool = True,
     compile: bool = False,
     workspace: dict | None = None,
+    lm_head: torch.nn.Module | None = None,
 ) -> DecodeResult:
     """Generate up to ``settings.max_new_tokens`` after each row of ``input_ids [B, N]``; ``block_size=1`` is plain
     decoding.
@@ -194,8 +195,9 @@ def speculative_decode(
     batch size 1). ``compile=True`` (static cache, batch size 1) runs the verify forward and, when the drafter's
     attention takes a 4D mask, the draft step through ``torch.compile``; the first call compiles for each
     cache-length bucket. ``workspace``, a dict the caller keeps between compiled calls, lets the caches be reused,
-    so that CUDA graphs recorded against their addresses are replayed. Greedy output is the same in every mode;
-    sampling is distributed the same.
+    so that CUDA graphs recorded against their addresses are replayed. ``lm_head`` scores the drafts (default: the
+    target's; a ``DraftVocabulary`` prunes them). Greedy output is the same in every mode; sampling is distributed
+    the same.
     """
     device, (batch, width) = input_ids.device, input_ids.shape
     warping, stop_ids, max_new_tokens = settings.warping, settings.stop_ids, settings.max_new_tokens
@@ -206,7 +208,8 @@ def speculative_decode(
         raise UnsupportedInputError(f"a batch of {batch} rows needs the static cache without compile (compiled "
                                     "decoding and the DynamicCache path run one row at a time for now)")
     layer_ids = drafter.config.target_layer_ids
-    embed, lm_head = target.get_input_embeddings(), target.get_output_embeddings()
+    embed = target.get_input_embeddings()
+    lm_head = target.get_output_embeddings() if lm_head is None else lm_head
     cache_arg = cache_kwarg_name(type(target))
     compile = compile and static_cache
     attention_ok = drafter.config._attn_implementation in FAST_ATTENTION

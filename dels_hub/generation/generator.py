@@ -9,7 +9,8 @@ from transformers import GenerationConfig
 
 from ..checks import check_compatibility
 from ..copy_expert import DEFAULT_GAMMA, CopySettings
-from ..errors import DtypeMismatchError, GenerationArgumentError, UnsupportedInputError
+from ..draft_vocabulary import DraftVocabulary, checked_token_ids, most_frequent
+from ..errors import DraftVocabularyError, DtypeMismatchError, GenerationArgumentError, UnsupportedInputError
 from ..fusion import fusion_weights
 from ..loading import load_dflash, load_head, load_target, tokenizer_for
 from ..locations import model_location
@@ -38,6 +39,10 @@ UNSUPPORTED = {
 }
 
 
+NO_HEAD_TO_COUNT = ("draft_vocab={} keeps the most frequent tokens by a head's unigram counts, and there is no head: "
+                    "pass the token ids to keep instead")
+
+
 class DeLSGenerator:
     """Speculative decoding with a frozen DFlash drafter, optionally fused with a DeLS local head.
 
@@ -45,10 +50,12 @@ class DeLSGenerator:
     ``copy_ngram``/``copy_gamma`` turn on the copy expert (``copy_expert.CopySettings``: longest match up to
     ``copy_ngram`` tokens, gamma a scalar ramp or one value per match length); 0 is off. They are decoding
     settings, not a head's, and work with or without a head.
+    ``draft_vocab`` prunes the draft vocabulary (``draft_vocabulary.py``): an int N keeps the head's N most
+    frequent tokens (its unigram counts), a tensor of token ids keeps those; None scores every token.
     """
 
     def __init__(self, target, drafter, head=None, tokenizer=None, *, alpha=None, beta=None, pure_prefix_len=None,
-                 copy_ngram: int = 0, copy_gamma=DEFAULT_GAMMA):
+                 copy_ngram: int = 0, copy_gamma=DEFAULT_GAMMA, draft_vocab=None):
         check_compatibility(target, drafter, head, tokenizer)
         for name, part in (("drafter", drafter), ("head", head)):
             if part is not None and part.dtype != target.dtype:  # else a matmul fails mid-generation
@@ -69,6 +76,7 @@ class DeLSGenerator:
         # Validate the schedules now, not at the first generate call.
         fusion_weights(self.alpha, self.beta, self.pure_prefix_len, self.block_size - 1)
         self.copy = CopySettings(copy_ngram, copy_gamma)
+        self.draft_lm_head = self._draft_lm_head(draft_vocab)
         # Opt-in: compile the static loop's per-block steps, verify and draft + head (CUDA graphs on CUDA). Off until
         # measured on a GPU. Compiled on CUDA, seeded sampling draws differently from the eager loop (same
         # distribution).
@@ -90,6 +98,7 @@ class DeLSGenerator:
         pure_prefix_len=None,
         copy_ngram: int = 0,
         copy_gamma=DEFAULT_GAMMA,
+        draft_vocab=None,
         **target_kwargs,
     ) -> "DeLSGenerator":
         """Load or adopt the three parts.
@@ -102,10 +111,13 @@ class DeLSGenerator:
             dtype: dtype of the target (default: the checkpoint's); drafter and head follow the target.
             device: where to put all three (default: where the target is).
             tokenizer: needed with a head when the target is an in-memory model.
-            alpha, beta, pure_prefix_len, copy_ngram, copy_gamma: decoding settings, as in ``DeLSGenerator``.
+            alpha, beta, pure_prefix_len, copy_ngram, copy_gamma, draft_vocab: decoding settings, as in
+                ``DeLSGenerator``.
         """
         if isinstance(target, (str, os.PathLike)):
             target = model_location(target, "target")  # a bad path fails before anything loads
+        if head is None and isinstance(draft_vocab, int) and not isinstance(draft_vocab, bool):
+            raise DraftVocabularyError(NO_HEAD_TO_COUNT.format(draft_vocab))
         # The small parts first: a missing or damaged drafter or head fails before the target is loaded.
         drafter = load_dflash(dflash, dtype)
         head = load_head(head, dtype)
@@ -118,7 +130,7 @@ class DeLSGenerator:
         if head is not None:
             head = head.to(**place)
         return cls(target, drafter, head, tokenizer, alpha=alpha, beta=beta, pure_prefix_len=pure_prefix_len,
-                   copy_ngram=copy_ngram, copy_gamma=copy_gamma)
+                   copy_ngram=copy_ngram, copy_gamma=copy_gamma, draft_vocab=draft_vocab)
 
     @property
     def block_size(self) -> int:
@@ -191,7 +203,8 @@ class DeLSGenerator:
             generator = torch.Generator(device=self.device).manual_seed(seed)
         result = speculative_decode(self.target, self.drafter, input_ids, settings, prompt_lengths=prompt_lengths,
                                     head=self.head, generator=generator, streamer=streamer,
-                                    static_cache=static_cache, compile=self.compile, workspace=self._workspace)
+                                    static_cache=static_cache, compile=self.compile, workspace=self._workspace,
+                                    lm_head=self.draft_lm_head)
         if not (return_dict_in_generate or config.return_dict_in_generate):
             return result.sequences
         return DeLSGenerateOutput(
@@ -204,6 +217,20 @@ class DeLSGenerator:
         )
 
     # -- validation at the boundary -------------------------------------------------------------------
+
+    def _draft_lm_head(self, draft_vocab) -> DraftVocabulary | None:
+        if draft_vocab is None:
+            return None
+        lm_head = self.target.get_output_embeddings()
+        if isinstance(draft_vocab, bool) or not isinstance(draft_vocab, int):
+            return DraftVocabulary(lm_head, checked_token_ids(draft_vocab, lm_head.weight.shape[0]))
+        if self.head is None:
+            raise DraftVocabularyError(NO_HEAD_TO_COUNT.format(draft_vocab))
+        counted = self.head.unigram_counts.numel()
+        if not 1 <= draft_vocab <= counted:
+            raise DraftVocabularyError(f"draft_vocab must be in 1..{counted} (the tokens the head counted), got "
+                                       f"{draft_vocab}")
+        return DraftVocabulary(lm_head, most_frequent(self.head.unigram_counts, draft_vocab))
 
     def _validate_input(self, input_ids, attention_mask) -> tuple[torch.Tensor, list[int] | None]:
         """``(input_ids [B, N] on the device, each row's real length or None when no row is padded)``."""

@@ -1,0 +1,119 @@
+"""Draft-vocabulary pruning: the drafter scores only some tokens, and decoding stays exact."""
+
+import pytest
+import torch
+from test_copy_expert import repeating_prompts
+from test_generation import accept_everything, chi_square_pvalue, exact_distribution, sampled_counts
+from torch import nn
+
+from dels_hub import DeLSGenerator
+from dels_hub.draft_vocabulary import DraftVocabulary, most_frequent
+from dels_hub.errors import DraftVocabularyError
+from dels_hub.sampling import Warping
+
+from conftest import SMALL_VOCAB, VOCAB, make_dflash, make_tokenizer, small_prompts
+
+
+def test_pruned_logits_are_the_full_ones_on_the_kept_tokens():
+    torch.manual_seed(0)
+    for bias in (False, True):
+        lm_head = nn.Linear(8, 20, bias=bias)
+        kept = torch.tensor([1, 4, 5, 17])
+        hidden = torch.randn(2, 3, 8)
+        pruned = DraftVocabulary(lm_head, kept)(hidden)
+        full = lm_head(hidden)
+        torch.testing.assert_close(pruned[..., kept], full[..., kept])
+        dropped = torch.ones(20, dtype=torch.bool)
+        dropped[kept] = False
+        assert torch.isneginf(pruned[..., dropped]).all()
+    assert most_frequent(torch.tensor([3.0, 9.0, 1.0, 7.0]), 2).tolist() == [1, 3]
+
+
+@pytest.mark.parametrize("block_size", [2, 4, 8])
+def test_greedy_output_with_a_pruned_draft_vocabulary_is_the_targets(qwen_target, block_size):
+    tokenizer = make_tokenizer()
+    drafter = make_dflash(block_size, VOCAB - 1, seed=5)
+    # The tokens the target itself produces on these prompts, and then the same set without them.
+    prompts = repeating_prompts(qwen_target, count=3)
+    answers = [qwen_target.generate(ids, max_new_tokens=24, do_sample=False) for ids in prompts]
+    produced = torch.cat([a[0, ids.shape[1]:] for a, ids in zip(answers, prompts)]).unique()
+    others = torch.tensor([t for t in range(VOCAB) if t not in set(produced.tolist())])
+    accepted = {}
+    for name, vocab in (("produced", produced), ("others", others)):
+        generator = DeLSGenerator(qwen_target, drafter, None, tokenizer, copy_ngram=3, copy_gamma=50.0,
+                                  draft_vocab=vocab)
+        accepted[name] = 0
+        for ids, expected in zip(prompts, answers):
+            for fast in (True, False):
+                out = generator.generate(ids, max_new_tokens=24, fast=fast, return_dict_in_generate=True)
+                assert torch.equal(out.sequences, expected), (name, fast)
+            accepted[name] += sum(n - 1 for n in out.acceptance_lengths)
+    # Keeping none of the target's tokens, no draft can be accepted; keeping them, the copy expert's are.
+    assert accepted["others"] == 0
+    if block_size > 2:
+        assert accepted["produced"] > 10, accepted
+
+
+def test_draft_vocab_n_keeps_the_heads_most_frequent_tokens(small):
+    drafter = make_dflash(4, SMALL_VOCAB - 1, vocab=SMALL_VOCAB)
+    generator = DeLSGenerator(small["qwen3"], drafter, small["head"], small["tokenizer"], draft_vocab=5)
+    assert generator.draft_lm_head.token_ids.tolist() == most_frequent(small["head"].unigram_counts, 5).tolist()
+    for input_ids in small_prompts(count=2):
+        expected = small["qwen3"].generate(input_ids, max_new_tokens=12, do_sample=False)
+        assert torch.equal(generator.generate(input_ids, max_new_tokens=12), expected)
+
+
+def test_compiled_draft_step_with_a_pruned_vocabulary_equals_eager(small):
+    drafter = make_dflash(4, SMALL_VOCAB - 1, vocab=SMALL_VOCAB, seed=5)
+    eager = DeLSGenerator(small["qwen3"], drafter, small["head"], small["tokenizer"], draft_vocab=6)
+    compiled = DeLSGenerator(small["qwen3"], drafter, small["head"], small["tokenizer"], draft_vocab=6)
+    compiled.compile = True
+    for input_ids in small_prompts(count=2):
+        a = eager.generate(input_ids, max_new_tokens=16, fast=True, return_dict_in_generate=True)
+        b = compiled.generate(input_ids, max_new_tokens=16, return_dict_in_generate=True)
+        assert torch.equal(a.sequences, b.sequences) and a.acceptance_lengths == b.acceptance_lengths
+
+
+def pruned_generator(small):
+    drafter = make_dflash(4, SMALL_VOCAB - 1, vocab=SMALL_VOCAB)
+    return DeLSGenerator(small["qwen3"], drafter, small["head"], small["tokenizer"], draft_vocab=4)
+
+
+def test_sampling_with_a_pruned_vocabulary_matches_the_target_distribution(small):
+    input_ids = small_prompts(count=1)[0]
+    samples, new_tokens = 2500, 3
+    expected = exact_distribution(small["qwen3"], input_ids, Warping(0.8, 0, 1.0), new_tokens)
+    counts = sampled_counts(pruned_generator(small), input_ids, samples, new_tokens, temperature=0.8, top_k=0)
+    assert chi_square_pvalue(counts, expected, samples) > 1e-3
+
+
+def test_negative_control_accepting_pruned_drafts_unchecked_is_detected(small, monkeypatch):
+    # Accept every draft: the output then follows the pruned, fused q, which cannot even reach most tokens.
+    monkeypatch.setattr("dels_hub.verify.verify_rejection", accept_everything)
+    input_ids = small_prompts(count=1)[0]
+    samples, new_tokens = 2500, 3
+    expected = exact_distribution(small["qwen3"], input_ids, Warping(0.8, 0, 1.0), new_tokens)
+    counts = sampled_counts(pruned_generator(small), input_ids, samples, new_tokens, temperature=0.8, top_k=0)
+    assert chi_square_pvalue(counts, expected, samples) < 1e-6
+
+
+def test_bad_draft_vocabularies_are_refused_when_the_generator_is_built(small):
+    drafter = make_dflash(4, SMALL_VOCAB - 1, vocab=SMALL_VOCAB)
+    parts = (small["qwen3"], drafter)
+    cases = [
+        ({"draft_vocab": 5}, "there is no head"),
+        ({"draft_vocab": torch.tensor([1, SMALL_VOCAB])}, f"token id {SMALL_VOCAB}, outside"),
+        ({"draft_vocab": torch.tensor([1, 2, 2])}, "repeats 1 token ids"),
+        ({"draft_vocab": torch.tensor([0.5, 1.0])}, "integer token ids"),
+        ({"draft_vocab": torch.tensor([], dtype=torch.long)}, "non-empty"),
+    ]
+    for options, message in cases:
+        with pytest.raises(DraftVocabularyError, match=message):
+            DeLSGenerator(*parts, None, small["tokenizer"], **options)
+    with pytest.raises(DraftVocabularyError, match=r"draft_vocab must be in 1\.\.10"):
+        DeLSGenerator(*parts, small["head"], small["tokenizer"], draft_vocab=11)
+
+
+def test_draft_vocab_without_a_head_fails_before_anything_loads(tmp_path):
+    with pytest.raises(DraftVocabularyError, match="there is no head"):
+        DeLSGenerator.from_pretrained(str(tmp_path), str(tmp_path / "no-drafter"), None, draft_vocab=100)
