@@ -15,6 +15,9 @@ from .errors import DraftVocabularyError
 
 def most_frequent(counts: torch.Tensor, size: int) -> torch.Tensor:
     """The ids of the ``size`` largest ``counts``, ascending (``[size]`` long)."""
+    if not 1 <= size <= counts.numel():
+        raise DraftVocabularyError(f"draft_vocab must be in 1..{counts.numel()} (the tokens the head counted), got "
+                                   f"{size}")
     return torch.topk(counts.float(), size).indices.sort().values
 
 

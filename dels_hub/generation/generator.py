@@ -226,10 +226,6 @@ class DeLSGenerator:
             return DraftVocabulary(lm_head, checked_token_ids(draft_vocab, lm_head.weight.shape[0]))
         if self.head is None:
             raise DraftVocabularyError(NO_HEAD_TO_COUNT.format(draft_vocab))
-        counted = self.head.unigram_counts.numel()
-        if not 1 <= draft_vocab <= counted:
-            raise DraftVocabularyError(f"draft_vocab must be in 1..{counted} (the tokens the head counted), got "
-                                       f"{draft_vocab}")
         return DraftVocabulary(lm_head, most_frequent(self.head.unigram_counts, draft_vocab))
 
     def _validate_input(self, input_ids, attention_mask) -> tuple[torch.Tensor, list[int] | None]:
