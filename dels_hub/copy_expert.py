@@ -83,10 +83,15 @@ class CopyChain:
             the rest is never read.
         anchor: ``[B]`` each row's anchor position, a device tensor (or a host int shared by every row).
         weights: ``[n + 1]`` gamma by match length, from ``CopySettings.weights``.
+        unpruned: with a pruned draft vocabulary, ``unpruned(slot, ids [B, 1]) -> [B, 1]`` scores the copied
+            token with its full LM head row (``DraftVocabulary.token_logits``). A copy is evidence from the text
+            itself, so the pruning (counted on other texts) must not veto it: a name that recurs in one prompt
+            is rarely among the most frequent tokens.
     """
 
-    def __init__(self, tokens: torch.Tensor, anchor, weights: torch.Tensor):
-        self.tokens, self.weights = tokens, weights
+    def __init__(self, tokens: torch.Tensor, anchor, weights: torch.Tensor, unpruned=None):
+        self.tokens, self.weights, self.unpruned = tokens, weights, unpruned
+        self.slot = 0  # the block slot the next vote is for
         self.max_ngram = weights.shape[0] - 1
         rows, size = tokens.shape
         if isinstance(anchor, torch.Tensor):
@@ -114,7 +119,12 @@ class CopyChain:
         # gather with index tensors, never x[0-dim tensor]: on CUDA a 0-dim index is read on the host (a sync).
         best = (self.matches * size + self.positions).argmax(-1, keepdim=True)  # [B, 1]
         copied = self.tokens.gather(1, (best + 1).clamp(max=size - 1))
-        return logits.scatter_add(1, copied, self.weights[self.matches.gather(1, best)])
+        gamma = self.weights[self.matches.gather(1, best)]  # [B, 1], 0 without a match
+        if self.unpruned is not None:
+            current = logits.gather(1, copied)
+            outside = torch.isneginf(current) & (gamma > 0)
+            logits = logits.scatter(1, copied, torch.where(outside, self.unpruned(self.slot, copied), current))
+        return logits.scatter_add(1, copied, gamma)
 
     def extend(self, token: torch.Tensor) -> None:
         """Each row's chain grew by ``token [B]`` (its drafted id): matches ending at j continue where ``c[j]``
@@ -122,3 +132,4 @@ class CopyChain:
         previous = torch.cat([self.matches.new_zeros((self.matches.shape[0], 1)), self.matches[:, :-1]], dim=1)
         grown = (previous + 1).clamp(max=self.max_ngram)
         self.matches = torch.where(self.candidates & (self.tokens == token.unsqueeze(1)), grown, 0)
+        self.slot += 1

@@ -4,7 +4,8 @@ A DFlash drafter borrows the target's LM head, and on a CPU that matmul is a lar
 (49,152 rows, width 576) it costs about as much as the drafter's layers. Scoring only the N most frequent tokens
 (counted on training data: a head's unigram counts) cuts it to N rows. Decoding stays lossless: the target still
 verifies each block over its whole vocabulary. A token outside the draft vocabulary gets logit -inf, so it is never
-drafted (q = 0 there, the copy expert included) and the target's own token is committed in its place.
+drafted (q = 0 there) and the target's own token is committed in its place. The copy expert's candidate is the
+exception: it is scored with its full row (``token_logits``), since a copy is evidence from the text itself.
 """
 
 import torch
@@ -50,12 +51,23 @@ class DraftVocabulary(nn.Module):
         weight = lm_head.weight
         ids = token_ids.to(weight.device)
         self.vocab_size = weight.shape[0]
+        bias = getattr(lm_head, "bias", None)
+        # The full head stays reachable (shared, not copied) for the copy expert's candidate.
+        self.full_weight, self.full_bias = weight.detach(), None if bias is None else bias.detach()
         self.register_buffer("token_ids", ids, persistent=False)
         self.register_buffer("weight", weight.detach()[ids].contiguous(), persistent=False)
-        bias = getattr(lm_head, "bias", None)
-        self.register_buffer("bias", None if bias is None else bias.detach()[ids].contiguous(), persistent=False)
+        self.register_buffer("bias", None if bias is None else self.full_bias[ids].contiguous(), persistent=False)
 
     def forward(self, hidden_states: torch.Tensor) -> torch.Tensor:
         kept = nn.functional.linear(hidden_states, self.weight, self.bias)
         logits = kept.new_full((*kept.shape[:-1], self.vocab_size), float("-inf"))
         return logits.index_copy_(-1, self.token_ids, kept)
+
+    def token_logits(self, hidden_states: torch.Tensor, slot: int, token_ids: torch.Tensor) -> torch.Tensor:
+        """The full LM head's float32 logit of one token per row at block ``slot``: ``hidden_states [B, k, H]``,
+        ``token_ids [B, 1]`` -> ``[B, 1]``. One row of the head per row of the batch, whether kept or not."""
+        rows = self.full_weight[token_ids[:, 0]]  # [B, H]
+        logits = (hidden_states[:, slot].float() * rows.float()).sum(-1, keepdim=True)  # [B, 1]
+        if self.full_bias is not None:
+            logits = logits + self.full_bias[token_ids]
+        return logits.float()

@@ -1,12 +1,14 @@
 """Draft-vocabulary pruning: the drafter scores only some tokens, and decoding stays exact."""
 
+from functools import partial
+
 import pytest
 import torch
 from test_copy_expert import repeating_prompts
 from test_generation import accept_everything, chi_square_pvalue, exact_distribution, sampled_counts
 from torch import nn
 
-from dels_hub import DeLSGenerator
+from dels_hub import CopyChain, CopySettings, DeLSGenerator
 from dels_hub.draft_vocabulary import DraftVocabulary, most_frequent
 from dels_hub.errors import DraftVocabularyError
 from dels_hub.sampling import Warping
@@ -39,8 +41,8 @@ def test_greedy_output_with_a_pruned_draft_vocabulary_is_the_targets(qwen_target
     produced = torch.cat([a[0, ids.shape[1]:] for a, ids in zip(answers, prompts)]).unique()
     others = torch.tensor([t for t in range(VOCAB) if t not in set(produced.tolist())])
     accepted = {}
-    for name, vocab in (("produced", produced), ("others", others)):
-        generator = DeLSGenerator(qwen_target, drafter, None, tokenizer, copy_ngram=3, copy_gamma=50.0,
+    for name, vocab, copy_ngram in (("produced", produced, 3), ("others", others, 0), ("others + copy", others, 3)):
+        generator = DeLSGenerator(qwen_target, drafter, None, tokenizer, copy_ngram=copy_ngram, copy_gamma=50.0,
                                   draft_vocab=vocab)
         accepted[name] = 0
         for ids, expected in zip(prompts, answers):
@@ -48,10 +50,28 @@ def test_greedy_output_with_a_pruned_draft_vocabulary_is_the_targets(qwen_target
                 out = generator.generate(ids, max_new_tokens=24, fast=fast, return_dict_in_generate=True)
                 assert torch.equal(out.sequences, expected), (name, fast)
             accepted[name] += sum(n - 1 for n in out.acceptance_lengths)
-    # Keeping none of the target's tokens, no draft can be accepted; keeping them, the copy expert's are.
+    # Keeping none of the target's tokens, the drafter alone gets nothing accepted; the copy expert's candidates
+    # bypass the pruning, so with it the same vocabulary gets copies accepted.
     assert accepted["others"] == 0
     if block_size > 2:
-        assert accepted["produced"] > 10, accepted
+        assert accepted["produced"] > 10 and accepted["others + copy"] > 10, accepted
+
+
+def test_a_copied_token_outside_the_draft_vocabulary_is_scored_by_its_full_row():
+    torch.manual_seed(0)
+    lm_head = nn.Linear(8, 20, bias=True)
+    vocabulary = DraftVocabulary(lm_head, torch.tensor([1, 4, 5, 17]))
+    slot_hidden = torch.randn(1, 3, 8)
+    tokens = torch.tensor([[7, 9, 2, 7]])  # the anchor 7 (position 3) repeats position 0, followed by 9 (pruned)
+    weights = CopySettings(max_ngram=2, gamma=6.0).weights()
+    logits = vocabulary(slot_hidden)[:, 0]
+    rescued = CopyChain(tokens, 3, weights, partial(vocabulary.token_logits, slot_hidden)).vote(logits)
+    full = lm_head(slot_hidden)[:, 0]
+    torch.testing.assert_close(rescued[0, 9], full[0, 9] + 3.0)  # gamma(1) = 6 * 1/2
+    torch.testing.assert_close(rescued[0, [1, 4, 5, 17]], logits[0, [1, 4, 5, 17]])
+    assert torch.isneginf(rescued[0, [0, 2, 3, 7]]).all()
+    # Without the full row, the copy's vote cannot lift a pruned token: the pruning would veto the text.
+    assert torch.isneginf(CopyChain(tokens, 3, weights).vote(logits)[0, 9])
 
 
 def test_draft_vocab_n_keeps_the_heads_most_frequent_tokens(small):
@@ -63,12 +83,15 @@ def test_draft_vocab_n_keeps_the_heads_most_frequent_tokens(small):
         assert torch.equal(generator.generate(input_ids, max_new_tokens=12), expected)
 
 
-def test_compiled_draft_step_with_a_pruned_vocabulary_equals_eager(small):
+@pytest.mark.parametrize("copy_ngram", [0, 2])
+def test_compiled_draft_step_with_a_pruned_vocabulary_equals_eager(small, copy_ngram):
     drafter = make_dflash(4, SMALL_VOCAB - 1, vocab=SMALL_VOCAB, seed=5)
-    eager = DeLSGenerator(small["qwen3"], drafter, small["head"], small["tokenizer"], draft_vocab=6)
-    compiled = DeLSGenerator(small["qwen3"], drafter, small["head"], small["tokenizer"], draft_vocab=6)
+    options = {"draft_vocab": 6, "copy_ngram": copy_ngram}
+    eager = DeLSGenerator(small["qwen3"], drafter, small["head"], small["tokenizer"], **options)
+    compiled = DeLSGenerator(small["qwen3"], drafter, small["head"], small["tokenizer"], **options)
     compiled.compile = True
     for input_ids in small_prompts(count=2):
+        input_ids = torch.cat([input_ids] * 2, dim=1)  # repeats, so the copy expert votes
         a = eager.generate(input_ids, max_new_tokens=16, fast=True, return_dict_in_generate=True)
         b = compiled.generate(input_ids, max_new_tokens=16, return_dict_in_generate=True)
         assert torch.equal(a.sequences, b.sequences) and a.acceptance_lengths == b.acceptance_lengths

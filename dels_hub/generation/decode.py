@@ -31,7 +31,6 @@ from dataclasses import dataclass
 import torch
 
 from ..compat import cache_kwarg_name, synchronize
-from ..copy_expert import CopyChain
 from ..errors import UnsupportedInputError
 from ..sampling import choose
 from ..verify import commit_count, is_stop, verify_block
@@ -351,14 +350,15 @@ def assemble(input_ids: torch.Tensor, lengths: list[int], tokens: list[torch.Ten
 def draft_eagerly(state: DecodeState, drafting: Drafting, features, block, start: int, generator):
     """Draft a single row's block into ``state.drafts`` with the drafter over its ``StaticDraftCache``; returns q
     (None when greedy)."""
-    cache, positions, copy_weights = state.draft_cache, state.positions, drafting.copy_weights
+    cache, positions = state.draft_cache, state.positions
     hidden = drafting.drafter(target_hidden=features, noise_embedding=drafting.embed(block),
                               position_ids=positions[:, cache.length : start + block.shape[1]], past_key_values=cache,
                               use_cache=True)
     cache.crop(start)  # keep context keys/values only; the block is redrafted next time
-    copy = None if copy_weights is None else CopyChain(state.output, start, copy_weights)
-    _, q = propose(drafting.lm_head(hidden[:, 1:]), block[:, 0], drafting.warping, generator, drafting.head,
-                   drafting.log_prior, drafting.alpha, drafting.beta, drafts=state.drafts, q=state.q_buffer, copy=copy)
+    slot_hidden = hidden[:, 1:]
+    _, q = propose(drafting.lm_head(slot_hidden), block[:, 0], drafting.warping, generator, drafting.head,
+                   drafting.log_prior, drafting.alpha, drafting.beta, drafts=state.drafts, q=state.q_buffer,
+                   copy=drafting.copy_chain(state.output, start, slot_hidden))
     return q
 
 

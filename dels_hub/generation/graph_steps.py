@@ -11,10 +11,12 @@ travels as one frozen ``Drafting``.
 """
 
 from dataclasses import dataclass
+from functools import partial
 
 import torch
 
 from ..copy_expert import CopyChain
+from ..draft_vocabulary import DraftVocabulary
 from ..sampling import Warping
 from .caches import causal_mask
 from .drafting import propose
@@ -39,6 +41,15 @@ class Drafting:
     alpha: torch.Tensor | None = None
     beta: torch.Tensor | None = None
     copy_weights: torch.Tensor | None = None
+
+    def copy_chain(self, tokens: torch.Tensor, anchor, slot_hidden: torch.Tensor) -> CopyChain | None:
+        """The block's copy expert over ``tokens`` up to ``anchor`` (None when off). With a pruned draft
+        vocabulary, its candidate is scored from ``slot_hidden [B, k, H]`` by the full LM head row."""
+        if self.copy_weights is None:
+            return None
+        unpruned = partial(self.lm_head.token_logits, slot_hidden) if isinstance(self.lm_head, DraftVocabulary) \
+            else None
+        return CopyChain(tokens, anchor, self.copy_weights, unpruned)
 
 
 def verify_step(model, ids, positions, cache, cache_arg: str, logits_to_keep: int = 0, slots=None):
@@ -77,9 +88,10 @@ def draft_step(drafting: Drafting, features, context_positions, n_context, block
     hidden = drafter(target_hidden=features, noise_embedding=drafting.embed(block),
                      position_ids=torch.cat([context_positions, block_positions], dim=1), past_key_values=cache,
                      use_cache=True, attention_mask=mask)
-    copy = None if drafting.copy_weights is None else CopyChain(tokens, anchor, drafting.copy_weights)
-    return propose(drafting.lm_head(hidden[:, 1:]), block[:, 0], drafting.warping, None, drafting.head,
-                   drafting.log_prior, drafting.alpha, drafting.beta, races=races, copy=copy)
+    slot_hidden = hidden[:, 1:]
+    return propose(drafting.lm_head(slot_hidden), block[:, 0], drafting.warping, None, drafting.head,
+                   drafting.log_prior, drafting.alpha, drafting.beta, races=races,
+                   copy=drafting.copy_chain(tokens, anchor, slot_hidden))
 
 
 def graph_warping(warping: Warping, device) -> Warping:
