@@ -260,20 +260,29 @@ def test_later_heads_are_compared_with_the_first_on_the_same_drafter(models, cha
 def test_copy_rows_sit_beside_their_base_rows_and_are_compared_with_them(models, chat_tokenizer, jsonl_dataset):
     target, drafter, head = models
     results = run_bench(
-        target, drafter, [head], tokenizer=chat_tokenizer, dataset=jsonl_dataset, max_new_tokens=20, peers=False,
-        progress=False, copy_ngram=3, copy_gamma=50.0,
+        target, drafter, [head], tokenizer=chat_tokenizer, dataset=jsonl_dataset, max_new_tokens=20,
+        peers=["prompt-lookup"], progress=False, copy_ngram=3, copy_gamma=50.0,
     )  # fmt: skip
     names = [row["name"] for row in results["rows"]]
-    assert names[2:] == ["DFlash (b=8)", "DFlash (b=8) + copy", "DeLS (b=8, head0)", "DeLS (b=8, head0) + copy"]
+    lookup = "transformers prompt-lookup (b=8)"
+    assert names[2:] == ["DFlash (b=8)", "DFlash (b=8) + copy", "DeLS (b=8, head0)", "DeLS (b=8, head0) + copy",
+                         lookup]
     assert results["greedy_check"]["ok"]
     rows = {row["name"]: row for row in results["rows"]}
     for base in ("DFlash (b=8)", "DeLS (b=8, head0)"):
         gain = rows[f"{base} + copy"]["gain_of_copy"]
         assert gain["baseline"] == base and gain["tau_difference"]["n"] == 3
+        # Each + copy row is also paired with the peer that only copies; the rows without copy are not.
+        peer = rows[f"{base} + copy"]["gain_over_prompt_lookup"]
+        differences = [r["tau"] - p["tau"] for r, p in zip(rows[f"{base} + copy"]["per_prompt"],
+                                                            rows[lookup]["per_prompt"])]
+        assert peer["baseline"] == lookup and peer["tau_difference"]["mean"] == pytest.approx(sum(differences) / 3)
+        assert "gain_over_prompt_lookup" not in rows[base]
     # The prompts repeat themselves ("t1 t2 t3 t4 t1 t2 ..."), so a strong copy expert changes what is drafted.
     assert rows["DFlash (b=8) + copy"]["tau"]["mean"] != rows["DFlash (b=8)"]["tau"]["mean"]
     assert results["settings"]["copy_ngram"] == 3
     assert "`DFlash (b=8) + copy` over `DFlash (b=8)`, paired per prompt" in markdown_table(results)
+    assert f"`DeLS (b=8, head0) + copy` over `{lookup}`, paired per prompt" in markdown_table(results)
 
 
 # -- validation before any work ----------------------------------------------------------------------------

@@ -117,7 +117,8 @@ def markdown_table(results: dict) -> str:
             + (": other processes were running, so absolute times are inflated; compare ratios." if busy else ".")
         )
     gains = [row[key] | {"row": row["name"]} for row in results["rows"]
-             for key in ("gain_over_dflash", "gain_over_first_head", "gain_of_copy", "gain_of_draft_vocab")
+             for key in ("gain_over_dflash", "gain_over_first_head", "gain_of_copy", "gain_of_draft_vocab",
+                         "gain_over_prompt_lookup")
              if row.get(key)]
     for gain in gains:
         if gain["tau_difference"]["mean"] is not None:

@@ -62,6 +62,7 @@ class Row:
     compare_to_head: str | None = None  # with several heads, the first head's DeLS row (same drafter), idem
     compare_to_base: str | None = None  # a "+ copy" row's row without the copy expert, idem
     compare_to_full_vocab: str | None = None  # a pruned-vocabulary row's row that drafts over every token, idem
+    compare_to_peer: str | None = None  # a "+ copy" row's model-free copier (prompt lookup) in the same run, idem
 
     def generate(self, input_ids: torch.Tensor, sampling: Sampling, seed: int) -> Sample:
         raise NotImplementedError

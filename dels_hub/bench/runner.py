@@ -266,7 +266,11 @@ def build_rows(
     if "prompt-lookup" in wanted:
         reason = supports_prompt_lookup()
         if reason is None:
-            rows.append(prompt_lookup_row(target, block_size, pad))
+            lookup = prompt_lookup_row(target, block_size, pad)
+            for row in rows:
+                if row.compare_to_base:  # the copy expert against the peer that does nothing but copy
+                    row.compare_to_peer = lookup.name
+            rows.append(lookup)
         else:
             skipped.append({"row": "transformers prompt-lookup", "reason": reason})
     if "dflash" in wanted:
@@ -480,7 +484,8 @@ def summarize(rows: list[Row], runs: dict, prompts: list[Prompt], greedy: dict |
             "per_prompt": recs,
         }
         for key, base in (("gain_over_dflash", row.compare_to), ("gain_over_first_head", row.compare_to_head),
-                          ("gain_of_copy", row.compare_to_base), ("gain_of_draft_vocab", row.compare_to_full_vocab)):
+                          ("gain_of_copy", row.compare_to_base), ("gain_of_draft_vocab", row.compare_to_full_vocab),
+                          ("gain_over_prompt_lookup", row.compare_to_peer)):
             if base in records:
                 summary[key] = gain_over(records[base], recs, tpot[base], tpot[row.name]) | {"baseline": base}
         summaries.append(summary)
