@@ -6,7 +6,7 @@ import pytest
 import torch
 
 from dels_hub import DeLSGenerator, cli
-from dels_hub.bench.fusion_tuning import replay_acceptance, tune_fusion
+from dels_hub.bench.fusion_tuning import Replay, replay_acceptance, tune_fusion, tune_per_position
 
 from conftest import make_dflash, make_head, make_target, make_tokenizer
 
@@ -61,6 +61,31 @@ def test_tune_fusion_ranks_the_grid():
     assert [r["tau"] for r in results] == sorted((r["tau"] for r in results), reverse=True)
 
 
+def test_per_position_weights_never_lose_to_the_scalar_and_replay_to_their_tau():
+    tokenizer = make_tokenizer(VOCAB - 2)
+    target = make_target("llama", vocab=VOCAB)
+    drafter = make_dflash(4, VOCAB - 1, vocab=VOCAB, seed=5)
+    head = make_head(tokenizer, vocab=VOCAB - 2)
+    sequences = []
+    for seed in range(3):
+        prompt = torch.randint(0, VOCAB - 2, (1, 5), generator=torch.Generator().manual_seed(seed))
+        sequences.append((target.generate(prompt, max_new_tokens=24, do_sample=False), prompt.shape[1]))
+    replay = Replay(target, drafter, sequences)
+    grid = tune_fusion(target, drafter, head, sequences, [0.0, 0.5, 2.0], [0.0, 0.3], pure_prefix_lens=(0, 1),
+                       replay=replay)
+    assert len(grid) == 12 and {r["pure_prefix_len"] for r in grid} == {0, 1}
+    improved = []
+    for pure in (0, 1):
+        start = next(r for r in grid if r["pure_prefix_len"] == pure)
+        tuned = tune_per_position([replay], head, start, [0.0, 0.5, 2.0, 4.0], [0.0, 0.3], 3)
+        assert len(tuned["alpha"]) == len(tuned["beta"]) == 3 - pure
+        assert tuned["scalar_tau"] == pytest.approx(start["tau"]) and tuned["tau"] >= tuned["scalar_tau"]
+        # The schedule it returns replays to the tau it reports, through the loop's own fusion weights.
+        assert replay.tau(head, tuned["alpha"], tuned["beta"], pure) == pytest.approx(tuned["tau"])
+        improved.append(tuned["tau"] > tuned["scalar_tau"])
+    assert any(improved)  # on these seeded models a weight per position does beat the best scalar
+
+
 def test_tune_fusion_cli_writes_the_best_weights_into_the_head(tmp_path, capsys):
     tokenizer = make_tokenizer(VOCAB - 2)
     make_target("qwen3", vocab=VOCAB).save_pretrained(tmp_path / "target")
@@ -82,6 +107,18 @@ def test_tune_fusion_cli_writes_the_best_weights_into_the_head(tmp_path, capsys)
 
     assert cli.main(args[:-1] + ["--num-prompts", "0"]) == 2  # bad input: a message, before any loading
     assert "--num-prompts must be >= 1" in capsys.readouterr().err
+    assert cli.main(args[:-1] + ["--pure-prefix-lens", "-1"]) == 2
+    assert "--pure-prefix-lens must be >= 0, got [-1]" in capsys.readouterr().err
+
+    # Per position, over pure prefixes 0 and 1: the head stores one weight per fused position and the prefix.
+    assert cli.main(args + ["--pure-prefix-lens", "0", "1", "--per-position"]) == 0
+    grid = json.loads((tmp_path / "grid.json").read_text())
+    tuned = grid["per_position"]
+    assert tuned["pure_prefix_len"] == grid["best"]["pure_prefix_len"] and tuned["tau"] >= tuned["scalar_tau"]
+    saved = json.loads((tmp_path / "head" / "config.json").read_text())
+    assert (saved["alpha"], saved["beta"], saved["pure_prefix_len"]) == (tuned["alpha"], tuned["beta"],
+                                                                         tuned["pure_prefix_len"])
+    assert len(saved["alpha"]) == 3 - tuned["pure_prefix_len"]
 
 
 def test_tune_fusion_cli_tunes_the_copy_expert_and_checks_its_flags(tmp_path, capsys):
@@ -101,6 +138,7 @@ def test_tune_fusion_cli_tunes_the_copy_expert_and_checks_its_flags(tmp_path, ca
     assert (best["copy_ngram"], best["copy_gamma"]) == (rows[0]["copy_ngram"], rows[0]["copy_gamma"])
 
     for extra, message in [(["--write"], "--write stores alpha and beta in a head"),
+                           (["--per-position"], "--per-position tunes a head's weights: give --head"),
                            (["--copy-ngrams", "0"], "nothing to tune"),
                            (["--copy-gammas", "-1"], "copy gamma must be finite and >= 0")]:
         assert cli.main(args + extra) == 2

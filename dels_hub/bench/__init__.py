@@ -6,7 +6,14 @@ subcommand is ``add_bench_arguments(parser)`` + ``bench_main(args)``.
 
 from ..errors import BenchArgumentError, DatasetFileError, DatasetUnavailableError, UnknownDatasetError
 from .cli import add_bench_arguments, bench_main
-from .fusion_tuning import add_tune_fusion_arguments, replay_acceptance, tune_fusion, tune_fusion_main
+from .fusion_tuning import (
+    Replay,
+    add_tune_fusion_arguments,
+    replay_acceptance,
+    tune_fusion,
+    tune_fusion_main,
+    tune_per_position,
+)
 from .prompts import Prompt, load_prompts, sharegpt_split
 from .report import markdown_table
 from .runner import BenchSettings, GreedyMismatchWarning, run_bench
@@ -18,6 +25,7 @@ __all__ = [
     "DatasetUnavailableError",
     "GreedyMismatchWarning",
     "Prompt",
+    "Replay",
     "UnknownDatasetError",
     "add_bench_arguments",
     "bench_main",
@@ -28,5 +36,6 @@ __all__ = [
     "sharegpt_split",
     "tune_fusion",
     "tune_fusion_main",
+    "tune_per_position",
     "add_tune_fusion_arguments",
 ]

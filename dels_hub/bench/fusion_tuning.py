@@ -68,36 +68,76 @@ def replay_acceptance(
     return lengths
 
 
-def tune_fusion(target, drafter, head, sequences: list[tuple[torch.Tensor, int]], alphas, betas,
-                block_size: int | None = None, pure_prefix_len: int = 1, baseline: bool = False,
-                copies=((0, 0.0),)) -> list[dict]:
-    """tau (mean over sequences of the per-sequence mean acceptance length) for every (alpha, beta, copy
-    setting), best first. ``copies`` are ``(copy_ngram, copy_gamma)`` pairs, ``(0, ...)`` meaning no copy
-    expert. ``head=None`` tunes the copy expert over DFlash alone: alpha and beta are then None.
-    ``sequences`` are ``(ids [1, N], prompt_len)`` pairs of prompts with target greedy continuations, taken
-    from a validation slice (never the benchmark's held-out slice). ``baseline`` appends DFlash alone as
-    ``{"alpha": None, "beta": None, "copy_ngram": 0, "copy_gamma": 0.0, "tau"}``, replayed from the same
-    target features and drafter outputs."""
-    caches = [{} for _ in sequences]
-    copies = [(n, g, CopySettings(n, g).weights(target.device)) for n, g in copies]  # validated before any work
+class Replay:
+    """Greedy replay of one drafter over fixed validation sequences, with the target's features and the drafter's
+    logits cached per sequence, so that each fusion setting costs only the head and copy-expert loops."""
 
-    def tau(with_head, alpha, beta, copy_weights) -> float:
+    def __init__(self, target, drafter, sequences: list[tuple[torch.Tensor, int]], block_size: int | None = None):
+        self.target, self.drafter, self.sequences, self.block_size = target, drafter, sequences, block_size
+        self.caches = [{} for _ in sequences]
+
+    def tau(self, head, alpha, beta, pure_prefix_len: int = 1, copy_weights: torch.Tensor | None = None) -> float:
+        """Mean over sequences of the per-sequence mean acceptance length (``head=None``: DFlash only)."""
         taus = []
-        for (ids, prompt_len), cache in zip(sequences, caches, strict=True):
-            lengths = replay_acceptance(target, drafter, with_head, ids, prompt_len, alpha, beta, block_size,
+        for (ids, prompt_len), cache in zip(self.sequences, self.caches, strict=True):
+            lengths = replay_acceptance(self.target, self.drafter, head, ids, prompt_len, alpha, beta, self.block_size,
                                         pure_prefix_len, cache, copy_weights)
             taus.append(sum(lengths) / max(len(lengths), 1))
         return sum(taus) / len(taus)
 
-    fusions = itertools.product(alphas, betas) if head is not None else [(None, None)]
+
+def tune_fusion(target, drafter, head, sequences: list[tuple[torch.Tensor, int]], alphas, betas,
+                block_size: int | None = None, pure_prefix_lens=(1,), baseline: bool = False,
+                copies=((0, 0.0),), replay: Replay | None = None) -> list[dict]:
+    """tau (mean over sequences of the per-sequence mean acceptance length) for every (alpha, beta,
+    pure_prefix_len, copy setting), best first. ``copies`` are ``(copy_ngram, copy_gamma)`` pairs, ``(0, ...)``
+    meaning no copy expert. ``head=None`` tunes the copy expert over DFlash alone: alpha, beta and
+    pure_prefix_len are then None. ``sequences`` are ``(ids [1, N], prompt_len)`` pairs of prompts with target
+    greedy continuations, taken from a validation slice (never the benchmark's held-out slice). ``baseline``
+    appends DFlash alone as ``{"alpha": None, "beta": None, "pure_prefix_len": None, "copy_ngram": 0,
+    "copy_gamma": 0.0, "tau"}``, replayed from the same target features and drafter outputs. ``replay``: the
+    drafter's ``Replay`` over ``sequences``, to share its caches with later calls."""
+    replay = replay or Replay(target, drafter, sequences, block_size)
+    copies = [(n, g, CopySettings(n, g).weights(target.device)) for n, g in copies]  # validated before any work
+    fusions = itertools.product(alphas, betas, pure_prefix_lens) if head is not None else [(None, None, None)]
     grid = list(itertools.product(fusions, copies))
-    results = [{"alpha": a, "beta": b, "copy_ngram": n, "copy_gamma": g, "tau": tau(head, a or 0.0, b or 0.0, w)}
-               for (a, b), (n, g, w) in tqdm(grid, desc="grid", unit="point", disable=len(grid) < 2)]
+    results = [{"alpha": a, "beta": b, "pure_prefix_len": pure, "copy_ngram": n, "copy_gamma": g,
+                "tau": replay.tau(head, a or 0.0, b or 0.0, 1 if pure is None else pure, w)}
+               for (a, b, pure), (n, g, w) in tqdm(grid, desc="grid", unit="point", disable=len(grid) < 2)]
     results.sort(key=lambda r: -r["tau"])
     if baseline:
-        results.append({"alpha": None, "beta": None, "copy_ngram": 0, "copy_gamma": 0.0,
-                        "tau": tau(None, 0.0, 0.0, None)})
+        results.append({"alpha": None, "beta": None, "pure_prefix_len": None, "copy_ngram": 0, "copy_gamma": 0.0,
+                        "tau": replay.tau(None, 0.0, 0.0)})
     return results
+
+
+def tune_per_position(replays: list[Replay], head, start: dict, alphas, betas, num_draft_positions: int,
+                      copy_weights: torch.Tensor | None = None) -> dict:
+    """Refine the scalar best ``start`` (``alpha``, ``beta``, ``pure_prefix_len``) into one (alpha, beta) per
+    fused position by coordinate ascent, position by position from the first, for the mean tau over ``replays``.
+
+    A position's weights only matter in blocks whose earlier drafts were all accepted, so going left to right
+    tunes each position for the blocks that reach it. A change is kept only if it raises tau: ties keep the
+    scalar. Returns ``{"alpha": [..], "beta": [..], "pure_prefix_len", "tau", "scalar_tau"}``.
+    """
+    pure = start["pure_prefix_len"]
+    fused = num_draft_positions - min(pure, num_draft_positions)
+    schedule = {"alpha": [start["alpha"]] * fused, "beta": [start["beta"]] * fused}
+
+    def tau(alpha, beta) -> float:
+        return sum(r.tau(head, alpha, beta, pure, copy_weights) for r in replays) / len(replays)
+
+    best = scalar = tau(schedule["alpha"], schedule["beta"])
+    with tqdm(total=fused * len(alphas) * len(betas), desc="per position", unit="point") as bar:
+        for position in range(fused):
+            for a, b in itertools.product(alphas, betas):
+                alpha, beta = list(schedule["alpha"]), list(schedule["beta"])
+                alpha[position], beta[position] = a, b
+                value = tau(alpha, beta)
+                if value > best:
+                    best, schedule = value, {"alpha": alpha, "beta": beta}
+                bar.update(1)
+    return schedule | {"pure_prefix_len": pure, "tau": best, "scalar_tau": scalar}
 
 
 # -- dels-hub tune-fusion --------------------------------------------------------------------------------------
@@ -141,13 +181,20 @@ def add_tune_fusion_arguments(parser: argparse.ArgumentParser) -> argparse.Argum
     parser.add_argument("--max-new-tokens", type=int, default=128, help="greedy continuation length (default: 128)")
     parser.add_argument("--alphas", type=float, nargs="+", default=[0.1, 0.2, 0.3, 0.5, 0.7, 1.0])
     parser.add_argument("--betas", type=float, nargs="+", default=[0.0, 0.1, 0.2, 0.3, 0.5])
+    parser.add_argument("--pure-prefix-lens", type=int, nargs="+", default=[1], metavar="P",
+                        help="leading draft positions that take DFlash alone, to try (default: 1; 0 lets the head "
+                             "act on the first draft too)")
+    parser.add_argument("--per-position", action="store_true",
+                        help="then refine the best (alpha, beta) into one pair per fused position, by coordinate "
+                             "ascent over the same alphas and betas (needs --head)")
     parser.add_argument("--copy-ngrams", type=int, nargs="+", default=[0], metavar="N",
                         help="copy expert longest match lengths to try; 0 is off (default: 0)")
     parser.add_argument("--copy-gammas", type=float, nargs="+", default=[DEFAULT_GAMMA], metavar="G",
                         help=f"copy expert gamma at a full-length match to try (default: {DEFAULT_GAMMA:g})")
     parser.add_argument("--seed", type=int, default=0, help="which validation prompts (default: 0)")
     parser.add_argument("--write", action="store_true",
-                        help="store the best (alpha, beta) as the head's defaults in its config.json (the copy "
+                        help="store the best (alpha, beta, pure_prefix_len) as the head's defaults in its "
+                             "config.json (per position with --per-position; the copy "
                              "expert's settings are decoding settings: they are printed, not stored in the head)")
     parser.add_argument("--json", default=None, help="also write the whole grid here")
     return parser
@@ -169,6 +216,9 @@ def tune_fusion_main(args: argparse.Namespace) -> int:
     checks = [(args.num_prompts >= 1, f"--num-prompts must be >= 1, got {args.num_prompts}"),
               (args.max_new_tokens >= 2, f"--max-new-tokens must be >= 2, got {args.max_new_tokens}"),
               (all(a >= 0 for a in args.alphas + args.betas), "alphas and betas must be >= 0"),
+              (all(p >= 0 for p in args.pure_prefix_lens),
+               f"--pure-prefix-lens must be >= 0, got {args.pure_prefix_lens}"),
+              (args.head is not None or not args.per_position, "--per-position tunes a head's weights: give --head"),
               (args.head is not None or any(args.copy_ngrams),
                "nothing to tune: give --head (alpha, beta) or --copy-ngrams above 0 (the copy expert)"),
               (args.head is not None or not args.write, "--write stores alpha and beta in a head: give --head")]
@@ -182,34 +232,45 @@ def tune_fusion_main(args: argparse.Namespace) -> int:
     head = load_head(args.head).to(target.dtype).eval() if args.head is not None else None
     drafters = [load_dflash(d, target.dtype).eval() for d in args.dflash]
     sequences = validation_sequences(target, tokenizer, args.num_prompts, args.max_new_tokens, args.seed)
+    replays = [Replay(target, drafter, sequences) for drafter in drafters]
     grids = {}
-    for name, drafter in tqdm(list(zip(args.dflash, drafters)), desc="drafters", unit="drafter"):
+    for name, drafter, replay in tqdm(list(zip(args.dflash, drafters, replays)), desc="drafters", unit="drafter"):
         grids[name] = tune_fusion(target, drafter, head, sequences, args.alphas, args.betas, baseline=True,
-                                  copies=copies)
-    table, baseline = {}, {}  # (alpha, beta, n, gamma) -> {drafter: tau}; DFlash alone apart
+                                  copies=copies, pure_prefix_lens=args.pure_prefix_lens, replay=replay)
+    keys = ("alpha", "beta", "pure_prefix_len", "copy_ngram", "copy_gamma")
+    table, baseline = {}, {}  # (alpha, beta, pure_prefix_len, n, gamma) -> {drafter: tau}; DFlash alone apart
     for name, grid in grids.items():
         baseline[name] = grid[-1]["tau"]
         for row in grid[:-1]:
-            table.setdefault((row["alpha"], row["beta"], row["copy_ngram"], row["copy_gamma"]), {})[name] = row["tau"]
+            table.setdefault(tuple(row[key] for key in keys), {})[name] = row["tau"]
     ranked = sorted(table.items(), key=lambda item: -sum(item[1].values()) / len(item[1]))
-    print("alpha  beta   copy_n copy_gamma  " + "  ".join(f"tau[{n}]" for n in args.dflash))
-    print("DFlash only                      " + "  ".join(f"{baseline[n]:.3f}" for n in args.dflash))
-    for (alpha, beta, ngram, gamma), taus in ranked[:10]:
-        fusion = "-      -     " if alpha is None else f"{alpha:<6g} {beta:<6g}"
+    print("alpha  beta   pure copy_n copy_gamma  " + "  ".join(f"tau[{n}]" for n in args.dflash))
+    print("DFlash only                           " + "  ".join(f"{baseline[n]:.3f}" for n in args.dflash))
+    for (alpha, beta, pure, ngram, gamma), taus in ranked[:10]:
+        fusion = "-      -      -   " if alpha is None else f"{alpha:<6g} {beta:<6g} {pure:<4d}"
         print(f"{fusion} {ngram:<6d} {gamma:<10g}  " + "  ".join(f"{taus[n]:.3f}" for n in args.dflash))
-    (best_alpha, best_beta, best_ngram, best_gamma), _ = ranked[0]
+    best = dict(zip(keys, ranked[0][0]))
+    per_position = None
+    if args.per_position:
+        weights = CopySettings(best["copy_ngram"], best["copy_gamma"]).weights(target.device)
+        per_position = tune_per_position(replays, head, best, args.alphas, args.betas,
+                                         min(d.config.block_size for d in drafters) - 1, weights)
+        print(f"per position: alpha {per_position['alpha']}, beta {per_position['beta']}: tau "
+              f"{per_position['tau']:.3f} (scalar {per_position['scalar_tau']:.3f}, mean over drafters)")
     if args.json:
-        best = {"alpha": best_alpha, "beta": best_beta, "copy_ngram": best_ngram, "copy_gamma": best_gamma}
         write_text_atomic(args.json, json.dumps({"sequences": len(sequences), "max_new_tokens": args.max_new_tokens,
-                                                 "seed": args.seed, "best": best, "grids": grids}, indent=1))
-    if best_ngram:
-        print(f"best copy expert: --copy-ngram {best_ngram} --copy-gamma {best_gamma:g} (decoding settings of "
-              "generate and bench)", file=sys.stderr)
+                                                 "seed": args.seed, "best": best, "per_position": per_position,
+                                                 "grids": grids}, indent=1))
+    if best["copy_ngram"]:
+        print(f"best copy expert: --copy-ngram {best['copy_ngram']} --copy-gamma {best['copy_gamma']:g} (decoding "
+              "settings of generate and bench)", file=sys.stderr)
     if args.write:
         from ..heads import DeLSLocalHeadConfig
 
+        chosen = per_position or best
         config = DeLSLocalHeadConfig.from_pretrained(args.head)
-        config.alpha, config.beta = best_alpha, best_beta
+        config.alpha, config.beta, config.pure_prefix_len = chosen["alpha"], chosen["beta"], chosen["pure_prefix_len"]
         save_pretrained_atomic(config, args.head)
-        print(f"wrote alpha={best_alpha}, beta={best_beta} to {args.head}/config.json", file=sys.stderr)
+        print(f"wrote alpha={config.alpha}, beta={config.beta}, pure_prefix_len={config.pure_prefix_len} to "
+              f"{args.head}/config.json", file=sys.stderr)
     return 0
