@@ -19,6 +19,7 @@ from pathlib import Path
 import pytest
 import torch
 from safetensors import safe_open
+from transformers import AutoModelForCausalLM
 
 from dels_hub import DeLSGenerator, DeLSLocalHead, DFlashDraftModel
 from dels_hub.errors import (
@@ -390,6 +391,32 @@ def test_dflash_training_continues_from_a_saved_drafter(files, trained_dflash, t
     with pytest.raises(RecipeError, match="num_hidden_layers 2 \\(recipe: 3\\)"):
         run(train_dflash_main, add_train_dflash_arguments, output_dir=tmp_path / "never", max_steps=4,
             **{**common, "num_layers": 3})
+    assert not (tmp_path / "never").exists()
+
+
+def test_dflash_training_can_start_from_the_targets_top_layers(files, tmp_path):
+    out = tmp_path / "target-top"
+    run(train_dflash_main, add_train_dflash_arguments, target=files["target"], data=files["train"],
+        eval_data=files["eval"], output_dir=out, max_steps=2, num_layers=2, init_layers="target-top",
+        **{**SMALL, "lr": 1e-12})
+    drafter = DFlashDraftModel.from_pretrained(out)
+    target = AutoModelForCausalLM.from_pretrained(files["target"])
+    top = target.model.layers[-2:]
+    for mine, theirs in zip(drafter.layers, top):
+        for name in ("self_attn.q_proj", "self_attn.o_proj", "mlp.down_proj", "post_attention_layernorm"):
+            torch.testing.assert_close(mine.get_submodule(name).weight, theirs.get_submodule(name).weight,
+                                       atol=1e-6, rtol=0)
+        assert torch.equal(mine.self_attn.q_norm.weight, torch.ones_like(mine.self_attn.q_norm.weight))
+    torch.testing.assert_close(drafter.norm.weight, target.model.norm.weight, atol=1e-6, rtol=0)
+    # A random start has none of them (the control: the comparison above can fail).
+    assert not torch.allclose(DFlashDraftModel(drafter.config).layers[0].self_attn.q_proj.weight,
+                              top[0].self_attn.q_proj.weight)
+    for options, message in [({"init_layers": "target"}, "`init_layers` must be random or target-top"),
+                             ({"init_layers": "target-top", "intermediate_size": 64}, "leave `intermediate_size`"),
+                             ({"init_layers": "target-top", "init_from": str(out)}, "set one of them")]:
+        with pytest.raises(RecipeError, match=message):
+            run(train_dflash_main, add_train_dflash_arguments, target=files["target"], data=files["train"],
+                output_dir=tmp_path / "never", max_steps=2, num_layers=2, **{**SMALL, **options})
     assert not (tmp_path / "never").exists()
 
 

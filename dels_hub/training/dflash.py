@@ -28,6 +28,7 @@ from ..loading import load_target, tokenizer_for
 from .card import write_dflash_card
 from .data import Example, gather_blocks, load_examples, sample_anchors, slot_weights
 from .labels import target_blocks
+from .layer_init import copy_target_top_layers
 from .loop import for_saving
 from .losses import supervised_block_loss
 from .masks import attention_mask_for, context_mask, dflash_mask
@@ -357,5 +358,7 @@ def train_dflash_main(args) -> dict:
     drafter = build_drafter(config, target, tokenizer)
     if config.init_from:
         drafter = continued_drafter(config, drafter)
+    elif config.init_layers == "target-top":
+        copy_target_top_layers(drafter, target)
     task = DFlashTask(config, target, drafter, train_examples, held_out, accelerator.device)
     return train(config, task, accelerator, checkpoint)

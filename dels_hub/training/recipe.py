@@ -220,6 +220,8 @@ class DFlashTrainConfig(TrainConfig):
     peek_ema: float = option(0.9, "smoothing of the per-layer accuracy that lowers the reveal ratio")
     init_from: str = option("", "continue from this drafter (path or Hub id) instead of random weights: a new "
                             "schedule over its weights; its shape must match the recipe's")
+    init_layers: str = option("random", "random | target-top: a fresh drafter's layers start as the target's top "
+                              "num_layers decoder layers (training/layer_init.py)")
 
     def __post_init__(self):
         super().__post_init__()
@@ -235,6 +237,14 @@ class DFlashTrainConfig(TrainConfig):
             raise RecipeError(f"`peek_max_ratio` must be in [0, 1], got {self.peek_max_ratio}")
         if not 0 < self.peek_anneal <= 1:
             raise RecipeError(f"`peek_anneal` must be in (0, 1], got {self.peek_anneal}")
+        if self.init_layers not in ("random", "target-top"):
+            raise RecipeError(f"`init_layers` must be random or target-top, got {self.init_layers!r}")
+        if self.init_layers == "target-top" and self.intermediate_size:
+            raise RecipeError(f"`init_layers` = \"target-top\" copies the target's layers, so the MLP width must be "
+                              f"the target's: leave `intermediate_size` at 0, got {self.intermediate_size}")
+        if self.init_layers != "random" and self.init_from:
+            raise RecipeError(f"`init_layers` = {self.init_layers!r} starts a fresh drafter, and `init_from` "
+                              f"continues {self.init_from!r}: set one of them")
 
 
 # -- building a config from a recipe and flags ---------------------------------------------------------------
