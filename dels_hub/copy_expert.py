@@ -84,9 +84,9 @@ class CopyChain:
         anchor: ``[B]`` each row's anchor position, a device tensor (or a host int shared by every row).
         weights: ``[n + 1]`` gamma by match length, from ``CopySettings.weights``.
         unpruned: with a pruned draft vocabulary, ``unpruned(slot, ids [B, 1]) -> [B, 1]`` scores the copied
-            token with its full LM head row (``DraftVocabulary.token_logits``). A copy is evidence from the text
-            itself, so the pruning (counted on other texts) must not veto it: a name that recurs in one prompt
-            is rarely among the most frequent tokens.
+            token's DFlash logit with its full LM head row (``DraftVocabulary.token_logits``; see ``unprune``).
+            A copy is evidence from the text itself, so the pruning (counted on other texts) must not veto it: a
+            name that recurs in one prompt is rarely among the most frequent tokens.
     """
 
     def __init__(self, tokens: torch.Tensor, anchor, weights: torch.Tensor, unpruned=None):
@@ -112,18 +112,29 @@ class CopyChain:
             matches = matches + run
         self.matches = matches
 
-    def vote(self, logits: torch.Tensor) -> torch.Tensor:
-        """``logits [B, V]`` (float32) plus gamma(m) on the token that followed each row's longest, most recent
-        match."""
+    def candidate(self) -> tuple[torch.Tensor, torch.Tensor]:
+        """Each row's copied token ``[B, 1]``, the one that followed its longest, most recent match, and its gamma
+        ``[B, 1]`` (0 without a match), at the current slot."""
         size = self.tokens.shape[1]
         # gather with index tensors, never x[0-dim tensor]: on CUDA a 0-dim index is read on the host (a sync).
         best = (self.matches * size + self.positions).argmax(-1, keepdim=True)  # [B, 1]
         copied = self.tokens.gather(1, (best + 1).clamp(max=size - 1))
-        gamma = self.weights[self.matches.gather(1, best)]  # [B, 1], 0 without a match
-        if self.unpruned is not None:
-            current = logits.gather(1, copied)
-            outside = torch.isneginf(current) & (gamma > 0)
-            logits = logits.scatter(1, copied, torch.where(outside, self.unpruned(self.slot, copied), current))
+        return copied, self.weights[self.matches.gather(1, best)]
+
+    def unprune(self, dflash_logits: torch.Tensor, candidate: tuple[torch.Tensor, torch.Tensor]) -> torch.Tensor:
+        """``dflash_logits [B, V]`` with each row's voted candidate scored by its full LM head row where a pruned
+        draft vocabulary left it -inf, before the fusion; unchanged without pruning."""
+        if self.unpruned is None:
+            return dflash_logits
+        copied, gamma = candidate
+        current = dflash_logits.gather(1, copied)
+        outside = torch.isneginf(current) & (gamma > 0)
+        full = self.unpruned(self.slot, copied).to(dflash_logits.dtype)
+        return dflash_logits.scatter(1, copied, torch.where(outside, full, current))
+
+    def vote(self, logits: torch.Tensor, candidate: tuple[torch.Tensor, torch.Tensor] | None = None) -> torch.Tensor:
+        """``logits [B, V]`` (float32) plus gamma(m) on each row's ``candidate()`` (computed when not given)."""
+        copied, gamma = self.candidate() if candidate is None else candidate
         return logits.scatter_add(1, copied, gamma)
 
     def extend(self, token: torch.Tensor) -> None:

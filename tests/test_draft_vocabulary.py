@@ -11,6 +11,8 @@ from torch import nn
 from dels_hub import CopyChain, CopySettings, DeLSGenerator
 from dels_hub.draft_vocabulary import DraftVocabulary, most_frequent
 from dels_hub.errors import DraftVocabularyError
+from dels_hub.fusion import fuse_logits, fusion_weights
+from dels_hub.generation.drafting import propose
 from dels_hub.sampling import Warping
 
 from conftest import SMALL_VOCAB, VOCAB, make_dflash, make_tokenizer, small_prompts
@@ -29,6 +31,25 @@ def test_pruned_logits_are_the_full_ones_on_the_kept_tokens():
         dropped[kept] = False
         assert torch.isneginf(pruned[..., dropped]).all()
     assert most_frequent(torch.tensor([3.0, 9.0, 1.0, 7.0]), 2).tolist() == [1, 3]
+
+
+def test_with_a_head_the_unpruned_candidate_is_fused_like_any_token(small):
+    torch.manual_seed(0)
+    head = small["head"]
+    lm_head = nn.Linear(8, SMALL_VOCAB, bias=False)
+    vocabulary = DraftVocabulary(lm_head, torch.tensor([0, 1, 2]))
+    slot_hidden = torch.randn(1, 3, 8)
+    tokens = torch.tensor([[5, 7, 3, 5]])  # the anchor 5 repeats position 0, followed by 7 (pruned)
+    chain = CopyChain(tokens, 3, CopySettings(max_ngram=2, gamma=6.0).weights(),
+                      partial(vocabulary.token_logits, slot_hidden))
+    alpha, beta = fusion_weights(0.8, 0.3, 0, 3)
+    log_prior = head.log_prior()
+    fused = torch.empty(1, 3, SMALL_VOCAB)
+    propose(vocabulary(slot_hidden), tokens[:, 3], Warping(), None, head, log_prior, alpha, beta, copy=chain,
+            fused=fused)
+    head_logits, _ = head.step(tokens[:, 3], head.initial_state(1))
+    expected = fuse_logits(lm_head(slot_hidden)[:, 0], head_logits, log_prior, alpha[0], beta[0])[0, 7] + 3.0
+    torch.testing.assert_close(fused[0, 0, 7], expected)
 
 
 @pytest.mark.parametrize("block_size", [2, 4, 8])
@@ -65,13 +86,18 @@ def test_a_copied_token_outside_the_draft_vocabulary_is_scored_by_its_full_row()
     tokens = torch.tensor([[7, 9, 2, 7]])  # the anchor 7 (position 3) repeats position 0, followed by 9 (pruned)
     weights = CopySettings(max_ngram=2, gamma=6.0).weights()
     logits = vocabulary(slot_hidden)[:, 0]
-    rescued = CopyChain(tokens, 3, weights, partial(vocabulary.token_logits, slot_hidden)).vote(logits)
+    chain = CopyChain(tokens, 3, weights, partial(vocabulary.token_logits, slot_hidden))
+    candidate = chain.candidate()
+    assert candidate[0].tolist() == [[9]] and candidate[1].tolist() == [[3.0]]  # gamma(1) = 6 * 1/2
+    unpruned = chain.unprune(logits, candidate)
     full = lm_head(slot_hidden)[:, 0]
-    torch.testing.assert_close(rescued[0, 9], full[0, 9] + 3.0)  # gamma(1) = 6 * 1/2
-    torch.testing.assert_close(rescued[0, [1, 4, 5, 17]], logits[0, [1, 4, 5, 17]])
-    assert torch.isneginf(rescued[0, [0, 2, 3, 7]]).all()
+    torch.testing.assert_close(unpruned[0, 9], full[0, 9])  # the DFlash logit, before any fusion
+    torch.testing.assert_close(unpruned[0, [1, 4, 5, 17]], logits[0, [1, 4, 5, 17]])
+    assert torch.isneginf(unpruned[0, [0, 2, 3, 7]]).all()
+    torch.testing.assert_close(chain.vote(unpruned, candidate)[0, 9], full[0, 9] + 3.0)
     # Without the full row, the copy's vote cannot lift a pruned token: the pruning would veto the text.
-    assert torch.isneginf(CopyChain(tokens, 3, weights).vote(logits)[0, 9])
+    pruned_only = CopyChain(tokens, 3, weights)
+    assert torch.isneginf(pruned_only.vote(pruned_only.unprune(logits, candidate))[0, 9])
 
 
 def test_draft_vocab_n_keeps_the_heads_most_frequent_tokens(small):

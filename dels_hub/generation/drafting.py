@@ -71,12 +71,16 @@ def propose(
         state = head.initial_state(rows)
         head_logits, state = head.step(anchor, state)
     for i in range(k):
-        if head is not None:
-            logits = fuse_logits(dflash_logits[:, i], head_logits, log_prior, alpha[i], beta[i])
-        else:
-            logits = dflash_logits[:, i].float()
+        slot_logits = dflash_logits[:, i]
         if copy is not None:
-            logits = copy.vote(logits)
+            candidate = copy.candidate()
+            slot_logits = copy.unprune(slot_logits, candidate)  # then fused like any other token's
+        if head is not None:
+            logits = fuse_logits(slot_logits, head_logits, log_prior, alpha[i], beta[i])
+        else:
+            logits = slot_logits.float()
+        if copy is not None:
+            logits = copy.vote(logits, candidate)
         if fused is not None:
             fused[:, i] = logits
         token, probs = choose(logits, warping, generator, None if races is None else races[:, i])
