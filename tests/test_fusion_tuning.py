@@ -111,8 +111,10 @@ def test_tune_fusion_cli_writes_the_best_weights_into_the_head(tmp_path, capsys)
     assert "--pure-prefix-lens must be >= 0, got [-1]" in capsys.readouterr().err
 
     # Per position, over pure prefixes 0 and 1: the head stores one weight per fused position and the prefix.
-    assert cli.main(args + ["--pure-prefix-lens", "0", "1", "--per-position"]) == 0
+    assert cli.main(args + ["--pure-prefix-lens", "0", "1", "--per-position", "--check-prompts", "2"]) == 0
+    assert "out of sample (2 other validation prompts" in capsys.readouterr().out
     grid = json.loads((tmp_path / "grid.json").read_text())
+    assert grid["check_sequences"] == 2 and set(grid["check"]) == {"dflash_only", "best", "per_position"}
     tuned = grid["per_position"]
     assert tuned["pure_prefix_len"] == grid["best"]["pure_prefix_len"] and tuned["tau"] >= tuned["scalar_tau"]
     saved = json.loads((tmp_path / "head" / "config.json").read_text())

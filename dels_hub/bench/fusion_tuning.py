@@ -191,6 +191,9 @@ def add_tune_fusion_arguments(parser: argparse.ArgumentParser) -> argparse.Argum
                         help="copy expert longest match lengths to try; 0 is off (default: 0)")
     parser.add_argument("--copy-gammas", type=float, nargs="+", default=[DEFAULT_GAMMA], metavar="G",
                         help=f"copy expert gamma at a full-length match to try (default: {DEFAULT_GAMMA:g})")
+    parser.add_argument("--check-prompts", type=int, default=0, metavar="M",
+                        help="M more validation prompts, disjoint from the tuning ones, on which the chosen weights "
+                             "are replayed again: an out-of-sample check of what tuning found (default: 0)")
     parser.add_argument("--seed", type=int, default=0, help="which validation prompts (default: 0)")
     parser.add_argument("--write", action="store_true",
                         help="store the best (alpha, beta, pure_prefix_len) as the head's defaults in its "
@@ -198,6 +201,22 @@ def add_tune_fusion_arguments(parser: argparse.ArgumentParser) -> argparse.Argum
                              "expert's settings are decoding settings: they are printed, not stored in the head)")
     parser.add_argument("--json", default=None, help="also write the whole grid here")
     return parser
+
+
+def out_of_sample(target, drafters, head, sequences, best: dict, per_position: dict | None) -> dict[str, float]:
+    """Mean tau over ``drafters`` on ``sequences`` (not used for tuning) of DFlash alone, the best grid point and,
+    if tuned, the per-position weights: whether what tuning found holds on other prompts."""
+    replays = [Replay(target, drafter, sequences) for drafter in drafters]
+    weights = CopySettings(best["copy_ngram"], best["copy_gamma"]).weights(target.device)
+    chosen = {"dflash_only": (None, 0.0, 0.0, 1, None)}
+    if head is not None:
+        chosen["best"] = (head, best["alpha"], best["beta"], best["pure_prefix_len"], weights)
+    else:
+        chosen["best"] = (None, 0.0, 0.0, 1, weights)
+    if per_position is not None:
+        chosen["per_position"] = (head, per_position["alpha"], per_position["beta"], per_position["pure_prefix_len"],
+                                  weights)
+    return {name: sum(r.tau(*setting) for r in replays) / len(replays) for name, setting in chosen.items()}
 
 
 def copy_grid(ngrams: list[int], gammas: list[float]) -> list[tuple[int, float]]:
@@ -215,6 +234,7 @@ def tune_fusion_main(args: argparse.Namespace) -> int:
 
     checks = [(args.num_prompts >= 1, f"--num-prompts must be >= 1, got {args.num_prompts}"),
               (args.max_new_tokens >= 2, f"--max-new-tokens must be >= 2, got {args.max_new_tokens}"),
+              (args.check_prompts >= 0, f"--check-prompts must be >= 0, got {args.check_prompts}"),
               (all(a >= 0 for a in args.alphas + args.betas), "alphas and betas must be >= 0"),
               (all(p >= 0 for p in args.pure_prefix_lens),
                f"--pure-prefix-lens must be >= 0, got {args.pure_prefix_lens}"),
@@ -231,7 +251,9 @@ def tune_fusion_main(args: argparse.Namespace) -> int:
     target = load_target(args.target, None, **kwargs)
     head = load_head(args.head).to(target.dtype).eval() if args.head is not None else None
     drafters = [load_dflash(d, target.dtype).eval() for d in args.dflash]
-    sequences = validation_sequences(target, tokenizer, args.num_prompts, args.max_new_tokens, args.seed)
+    drawn = validation_sequences(target, tokenizer, args.num_prompts + args.check_prompts, args.max_new_tokens,
+                                 args.seed)
+    sequences, check_sequences = drawn[: args.num_prompts], drawn[args.num_prompts :]
     replays = [Replay(target, drafter, sequences) for drafter in drafters]
     grids = {}
     for name, drafter, replay in tqdm(list(zip(args.dflash, drafters, replays)), desc="drafters", unit="drafter"):
@@ -257,9 +279,14 @@ def tune_fusion_main(args: argparse.Namespace) -> int:
                                          min(d.config.block_size for d in drafters) - 1, weights)
         print(f"per position: alpha {per_position['alpha']}, beta {per_position['beta']}: tau "
               f"{per_position['tau']:.3f} (scalar {per_position['scalar_tau']:.3f}, mean over drafters)")
+    check = out_of_sample(target, drafters, head, check_sequences, best, per_position) if check_sequences else None
+    if check:
+        print("out of sample (" + f"{len(check_sequences)} other validation prompts, mean over drafters): "
+              + ", ".join(f"{name} {tau:.3f}" for name, tau in check.items()))
     if args.json:
         write_text_atomic(args.json, json.dumps({"sequences": len(sequences), "max_new_tokens": args.max_new_tokens,
                                                  "seed": args.seed, "best": best, "per_position": per_position,
+                                                 "check_sequences": len(check_sequences), "check": check,
                                                  "grids": grids}, indent=1))
     if best["copy_ngram"]:
         print(f"best copy expert: --copy-ngram {best['copy_ngram']} --copy-gamma {best['copy_gamma']:g} (decoding "
