@@ -69,5 +69,5 @@ class DraftVocabulary(nn.Module):
         rows = self.full_weight[token_ids[:, 0]]  # [B, H]
         logits = (hidden_states[:, slot].float() * rows.float()).sum(-1, keepdim=True)  # [B, 1]
         if self.full_bias is not None:
-            logits = logits + self.full_bias[token_ids]
-        return logits.float()
+            logits = logits + self.full_bias[token_ids].float()
+        return logits

@@ -47,29 +47,27 @@ def test_tune_fusion_grids_the_copy_expert_without_a_head():
     assert {(r["copy_ngram"], r["copy_gamma"]) for r in results[:-1]} == {(0, 0.0), (2, 1.0), (3, 30.0)}
 
 
-def test_tune_fusion_ranks_the_grid():
+def tiny_tuning_parts():
+    """A tiny llama target, a b4 drafter, a head, and three target greedy continuations to replay."""
     tokenizer = make_tokenizer(VOCAB - 2)
     target = make_target("llama", vocab=VOCAB)
     drafter = make_dflash(4, VOCAB - 1, vocab=VOCAB, seed=5)
-    head = make_head(tokenizer, vocab=VOCAB - 2)
     sequences = []
     for seed in range(3):
         prompt = torch.randint(0, VOCAB - 2, (1, 5), generator=torch.Generator().manual_seed(seed))
         sequences.append((target.generate(prompt, max_new_tokens=24, do_sample=False), prompt.shape[1]))
+    return target, drafter, make_head(tokenizer, vocab=VOCAB - 2), sequences
+
+
+def test_tune_fusion_ranks_the_grid():
+    target, drafter, head, sequences = tiny_tuning_parts()
     results = tune_fusion(target, drafter, head, sequences, alphas=[0.0, 0.5, 2.0], betas=[0.0, 0.3])
     assert len(results) == 6 and all(1.0 <= r["tau"] <= 4.0 for r in results)
     assert [r["tau"] for r in results] == sorted((r["tau"] for r in results), reverse=True)
 
 
 def test_per_position_weights_never_lose_to_the_scalar_and_replay_to_their_tau():
-    tokenizer = make_tokenizer(VOCAB - 2)
-    target = make_target("llama", vocab=VOCAB)
-    drafter = make_dflash(4, VOCAB - 1, vocab=VOCAB, seed=5)
-    head = make_head(tokenizer, vocab=VOCAB - 2)
-    sequences = []
-    for seed in range(3):
-        prompt = torch.randint(0, VOCAB - 2, (1, 5), generator=torch.Generator().manual_seed(seed))
-        sequences.append((target.generate(prompt, max_new_tokens=24, do_sample=False), prompt.shape[1]))
+    target, drafter, head, sequences = tiny_tuning_parts()
     replay = Replay(target, drafter, sequences)
     grid = tune_fusion(target, drafter, head, sequences, [0.0, 0.5, 2.0], [0.0, 0.3], pure_prefix_lens=(0, 1),
                        replay=replay)
@@ -131,8 +129,9 @@ def test_tune_fusion_cli_tunes_the_copy_expert_and_checks_its_flags(tmp_path, ca
     args = ["tune-fusion", "--target", str(tmp_path / "target"), "--dflash", str(tmp_path / "dflash"),
             "--num-prompts", "2", "--max-new-tokens", "12", "--copy-ngrams", "0", "2", "--copy-gammas", "1", "8",
             "--json", str(tmp_path / "grid.json")]
-    assert cli.main(args) == 0
+    assert cli.main(args + ["--check-prompts", "1"]) == 0
     grid = json.loads((tmp_path / "grid.json").read_text())
+    assert set(grid["check"]) == {"dflash_only", "best"}  # without a head there is nothing per position
     (name, rows), = grid["grids"].items()
     assert len(rows) == 4  # off, (2, 1), (2, 8), then DFlash only
     assert {(r["copy_ngram"], r["copy_gamma"]) for r in rows[:-1]} == {(0, 0.0), (2, 1.0), (2, 8.0)}

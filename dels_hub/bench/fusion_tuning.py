@@ -203,19 +203,16 @@ def add_tune_fusion_arguments(parser: argparse.ArgumentParser) -> argparse.Argum
     return parser
 
 
-def out_of_sample(target, drafters, head, sequences, best: dict, per_position: dict | None) -> dict[str, float]:
+def out_of_sample(target, drafters, head, sequences, best: dict, per_position: dict | None,
+                  copy_weights: torch.Tensor | None) -> dict[str, float]:
     """Mean tau over ``drafters`` on ``sequences`` (not used for tuning) of DFlash alone, the best grid point and,
     if tuned, the per-position weights: whether what tuning found holds on other prompts."""
     replays = [Replay(target, drafter, sequences) for drafter in drafters]
-    weights = CopySettings(best["copy_ngram"], best["copy_gamma"]).weights(target.device)
-    chosen = {"dflash_only": (None, 0.0, 0.0, 1, None)}
-    if head is not None:
-        chosen["best"] = (head, best["alpha"], best["beta"], best["pure_prefix_len"], weights)
-    else:
-        chosen["best"] = (None, 0.0, 0.0, 1, weights)
+    chosen = {"dflash_only": (None, 0.0, 0.0, 1, None),  # without a head, alpha, beta and the prefix are None
+              "best": (head, best["alpha"] or 0.0, best["beta"] or 0.0, best["pure_prefix_len"] or 1, copy_weights)}
     if per_position is not None:
         chosen["per_position"] = (head, per_position["alpha"], per_position["beta"], per_position["pure_prefix_len"],
-                                  weights)
+                                  copy_weights)
     return {name: sum(r.tau(*setting) for r in replays) / len(replays) for name, setting in chosen.items()}
 
 
@@ -272,14 +269,15 @@ def tune_fusion_main(args: argparse.Namespace) -> int:
         fusion = "-      -      -   " if alpha is None else f"{alpha:<6g} {beta:<6g} {pure:<4d}"
         print(f"{fusion} {ngram:<6d} {gamma:<10g}  " + "  ".join(f"{taus[n]:.3f}" for n in args.dflash))
     best = dict(zip(keys, ranked[0][0]))
+    weights = CopySettings(best["copy_ngram"], best["copy_gamma"]).weights(target.device)
     per_position = None
     if args.per_position:
-        weights = CopySettings(best["copy_ngram"], best["copy_gamma"]).weights(target.device)
         per_position = tune_per_position(replays, head, best, args.alphas, args.betas,
                                          min(d.config.block_size for d in drafters) - 1, weights)
         print(f"per position: alpha {per_position['alpha']}, beta {per_position['beta']}: tau "
               f"{per_position['tau']:.3f} (scalar {per_position['scalar_tau']:.3f}, mean over drafters)")
-    check = out_of_sample(target, drafters, head, check_sequences, best, per_position) if check_sequences else None
+    check = (out_of_sample(target, drafters, head, check_sequences, best, per_position, weights)
+             if check_sequences else None)
     if check:
         print("out of sample (" + f"{len(check_sequences)} other validation prompts, mean over drafters): "
               + ", ".join(f"{name} {tau:.3f}" for name, tau in check.items()))
