@@ -135,6 +135,39 @@ def accept_everything(draft_ids, target_logits):
     return torch.cat([draft_ids, bonus], dim=-1), every
 
 
+def test_two_runs_are_compared_row_by_row_per_prompt(greedy_run, tmp_path):
+    """``scripts/compare_bench_runs.py``: a run against itself differs by nothing; against a copy in which one
+    row's per-prompt tau rose by 0.5, that row differs by exactly +0.5; runs on other prompts are refused."""
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    script = Path(__file__).resolve().parent.parent / "scripts" / "compare_bench_runs.py"
+    results, before = greedy_run
+    after = tmp_path / "after"
+    after.mkdir()
+    changed = json.loads((before / "results.json").read_text())
+    dels = next(row for row in changed["rows"] if row["name"].startswith("DeLS"))
+    for prompt in dels["per_prompt"]:
+        prompt["tau"] += 0.5
+    (after / "results.json").write_text(json.dumps(changed))
+
+    def compare(other):
+        done = subprocess.run([sys.executable, str(script), str(before), str(other), "--json", str(tmp_path / "c.json")],
+                              capture_output=True, text=True)
+        return done, json.loads((tmp_path / "c.json").read_text())["rows"] if done.returncode == 0 else None
+
+    _, itself = compare(before)
+    assert itself and all(entry["tau_difference"]["mean"] == 0 for entry in itself)
+    _, rows = compare(after)
+    moved = {entry["row"]: entry["tau_difference"]["mean"] for entry in rows}
+    assert moved.pop(dels["name"]) == pytest.approx(0.5) and set(moved.values()) == {0}
+    changed["prompts"] = changed["prompts"][::-1] + ["another"]
+    (after / "results.json").write_text(json.dumps(changed))
+    refused, _ = compare(after)
+    assert refused.returncode != 0 and "same prompts" in refused.stderr
+
+
 def test_broken_row_is_reported_as_mismatch(models, chat_tokenizer, jsonl_dataset, tmp_path, monkeypatch):
     target, drafter, head = models
     monkeypatch.setattr("dels_hub.verify.verify_greedy", accept_everything)

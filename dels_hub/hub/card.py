@@ -60,6 +60,14 @@ def _read_json(path: Path) -> dict | None:
     return json.loads(path.read_text()) if path.is_file() else None
 
 
+def _logged_eval(repo_dir: Path) -> dict | None:
+    """The last held-out evaluation in the repo's ``train_log.jsonl``: the weights beside it are the ones it scored,
+    so it outranks what an earlier card said (after new weights were copied in)."""
+    path = repo_dir / "train_log.jsonl"
+    evaluations = [line for line in path.read_text().splitlines() if '"eval_loss"' in line] if path.is_file() else []
+    return json.loads(evaluations[-1]) if evaluations else None
+
+
 def _is_hub_id(name: str | None) -> bool:
     """``org/name`` that is not a local path or a placeholder (Hub metadata must only name Hub repos)."""
     return bool(name) and name.count("/") == 1 and not name.startswith(PLACEHOLDER_ORG) and is_hub_id(name)
@@ -105,6 +113,16 @@ def bench_summary(results: dict) -> dict:
                 "--temperature", str(settings["temperature"]), "--seed", str(settings["seed"])]
     if settings.get("temperature"):
         command += ["--top-p", str(settings["top_p"])]
+    for name in ("alpha", "beta", "draft_vocab", "batch_size", "engine", "engine_target"):
+        if settings.get(name) is not None:
+            command += [f"--{name.replace('_', '-')}", str(settings[name])]
+    if settings.get("copy_ngram"):
+        command += ["--copy-ngram", str(settings["copy_ngram"]), "--copy-gamma", f"{settings['copy_gamma']:g}"]
+    peers = settings.get("peers", True)  # True (older results): every peer, the default
+    if peers is not True:
+        command += ["--peers", *peers] if peers else ["--no-peers"]
+    if settings.get("score"):
+        command.append("--score")
     machine = results.get("machine", {})
     hardware = machine.get("gpu") or f"{machine.get('cpu_count', '?')} CPU cores"
     header = (
@@ -127,14 +145,15 @@ def render_card(
     drafter: str | None = None,
     license: str | None = None,
 ) -> ModelCard:
-    """The card of the model saved in ``repo_dir``; what is not given is read from the repo or its current card."""
+    """The card of the model saved in ``repo_dir``; what is not given is read from the repo (its configs and training
+    log) or its current card."""
     repo_dir = Path(repo_dir)
     kind = repo_kind(repo_dir)
     previous = {}
     if (repo_dir / "README.md").is_file():
         previous = (ModelCard.load(repo_dir / "README.md").data.to_dict() or {}).get("dels_hub") or {}
     training = training if training is not None else _read_json(repo_dir / "training_config.json")
-    last_eval = last_eval if last_eval is not None else previous.get("eval")
+    last_eval = last_eval if last_eval is not None else _logged_eval(repo_dir) or previous.get("eval")
     bench = bench_summary(results) if results is not None else previous.get("bench")
     repo_id = repo_id or previous.get("repo_id") or f"{PLACEHOLDER_ORG}{repo_dir.resolve().name}"
 

@@ -1,0 +1,63 @@
+"""Each row of one `dels-hub bench` run against the same row of another run on the same prompts, paired per prompt.
+
+    python scripts/compare_bench_runs.py BEFORE_DIR AFTER_DIR [--rename OLD=NEW ...] [--json OUT]
+
+Use it when one part changed between two runs with the same settings (a drafter, a head's fusion weights): tau
+differences are paired per prompt, and at T=0 they are exact, since greedy decoding is deterministic. Speeds from
+two runs are not compared: they depend on what else the machine was doing; each run's own speedup column is the
+figure to quote. ``--rename`` pairs rows whose names changed between the runs.
+"""
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+from dels_hub.bench.stats import mean_ci95
+from dels_hub.files import write_text_atomic
+
+
+def load(run_dir: Path) -> dict:
+    path = run_dir / "results.json"
+    if not path.is_file():
+        sys.exit(f"compare_bench_runs: {str(path)!r} does not exist (give the folder a bench run wrote with --out)")
+    return json.loads(path.read_text())
+
+
+def compare(before: dict, after: dict, renamed: dict) -> list[dict]:
+    prompts_before, prompts_after = before["prompts"], after["prompts"]
+    if prompts_before != prompts_after:
+        sys.exit("compare_bench_runs: the two runs did not use the same prompts; per-prompt pairs need them")
+    rows_after = {row["name"]: row for row in after["rows"]}
+    compared = []
+    for row in before["rows"]:
+        other = rows_after.get(renamed.get(row["name"], row["name"]))
+        if other is None or row["tau"].get("mean") is None:
+            continue
+        differences = [b["tau"] - a["tau"] for a, b in zip(row["per_prompt"], other["per_prompt"])
+                       if a["tau"] is not None and b["tau"] is not None]
+        compared.append({"row": other["name"], "tau_before": row["tau"]["mean"], "tau_after": other["tau"]["mean"],
+                         "tau_difference": mean_ci95(differences)})
+    return compared
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("before", type=Path)
+    parser.add_argument("after", type=Path)
+    parser.add_argument("--rename", nargs="+", default=[], metavar="OLD=NEW", help="a row's name in each run")
+    parser.add_argument("--json", type=Path, default=None)
+    args = parser.parse_args()
+    renamed = dict(pair.split("=", 1) for pair in args.rename)
+    compared = compare(load(args.before), load(args.after), renamed)
+    for entry in compared:
+        difference = entry["tau_difference"]
+        print(f"{entry['row']}: tau {entry['tau_before']:.3f} -> {entry['tau_after']:.3f}, paired "
+              f"{difference['mean']:+.3f} (95% CI {difference['low']:+.3f} to {difference['high']:+.3f})")
+    if args.json:
+        write_text_atomic(args.json, json.dumps({"before": str(args.before), "after": str(args.after),
+                                                 "rows": compared}, indent=1))
+
+
+if __name__ == "__main__":
+    main()
