@@ -13,6 +13,7 @@ import json
 import sys
 from pathlib import Path
 
+from dels_hub.bench.runner import scored_pairs
 from dels_hub.bench.stats import mean_ci95
 from dels_hub.files import write_text_atomic
 
@@ -34,8 +35,7 @@ def compare(before: dict, after: dict, renamed: dict) -> list[dict]:
         other = rows_after.get(renamed.get(row["name"], row["name"]))
         if other is None or row["tau"].get("mean") is None:
             continue
-        differences = [b["tau"] - a["tau"] for a, b in zip(row["per_prompt"], other["per_prompt"])
-                       if a["tau"] is not None and b["tau"] is not None]
+        differences = [after - before for before, after in scored_pairs(row["per_prompt"], other["per_prompt"])]
         compared.append({"row": other["name"], "tau_before": row["tau"]["mean"], "tau_after": other["tau"]["mean"],
                          "tau_difference": mean_ci95(differences)})
     return compared

@@ -492,11 +492,16 @@ def summarize(rows: list[Row], runs: dict, prompts: list[Prompt], greedy: dict |
     return summaries
 
 
+def scored_pairs(base_records: list[dict], row_records: list[dict]) -> list[tuple[float, float]]:
+    """(baseline tau, row tau) per prompt, over the prompts that both rows scored."""
+    return [(b["tau"], r["tau"]) for b, r in zip(base_records, row_records)
+            if b["tau"] is not None and r["tau"] is not None]
+
+
 def gain_over(base_records: list[dict], row_records: list[dict], base_tpot: list, row_tpot: list) -> dict:
     """A row against its baseline row on the same prompts: per-prompt tau differences (mean and 95% interval),
     the relative tau gain of the means, and the speedup (baseline TPOT over row TPOT)."""
-    pairs = [(b["tau"], r["tau"]) for b, r in zip(base_records, row_records)
-             if b["tau"] is not None and r["tau"] is not None]
+    pairs = scored_pairs(base_records, row_records)
     difference = stats.mean_ci95([r - b for b, r in pairs])
     base_mean = stats.mean_ci95([b for b, _ in pairs])["mean"]
     return {

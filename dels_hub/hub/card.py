@@ -63,9 +63,10 @@ def _read_json(path: Path) -> dict | None:
 def _logged_eval(repo_dir: Path) -> dict | None:
     """The last held-out evaluation in the repo's ``train_log.jsonl``: the weights beside it are the ones it scored,
     so it outranks what an earlier card said (after new weights were copied in)."""
-    path = repo_dir / "train_log.jsonl"
-    evaluations = [line for line in path.read_text().splitlines() if '"eval_loss"' in line] if path.is_file() else []
-    return json.loads(evaluations[-1]) if evaluations else None
+    from ..training.loop import read_log  # training writes cards: imported here, not at the top
+
+    evaluations = [record for record in read_log(repo_dir) if "eval_loss" in record]
+    return evaluations[-1] if evaluations else None
 
 
 def _is_hub_id(name: str | None) -> bool:
