@@ -1,12 +1,14 @@
 """Fusion-weight tuning by replay: it must reproduce the loop's own greedy acceptance lengths."""
 
+import ast
 import json
 
 import pytest
 import torch
 
 from dels_hub import DeLSGenerator, cli
-from dels_hub.bench.fusion_tuning import Replay, replay_acceptance, tune_fusion, tune_per_position
+from dels_hub.bench.fusion_tuning import Replay, out_of_sample, replay_acceptance, tune_fusion, tune_per_position
+from dels_hub.errors import BenchArgumentError
 
 from conftest import make_dflash, make_head, make_target, make_tokenizer
 
@@ -110,9 +112,13 @@ def test_tune_fusion_cli_writes_the_best_weights_into_the_head(tmp_path, capsys)
 
     # Per position, over pure prefixes 0 and 1: the head stores one weight per fused position and the prefix.
     assert cli.main(args + ["--pure-prefix-lens", "0", "1", "--per-position", "--check-prompts", "2"]) == 0
-    assert "out of sample (2 other validation prompts" in capsys.readouterr().out
+    out = capsys.readouterr().out
+    assert "out of sample (2 other validation prompts" in out
+    assert "  sharegpt (1 prompts): dflash_only" in out and "  code (1 prompts): dflash_only" in out
     grid = json.loads((tmp_path / "grid.json").read_text())
     assert grid["check_sequences"] == 2 and set(grid["check"]) == {"dflash_only", "best", "per_position"}
+    assert grid["validation"] == ["sharegpt", "code"] * 2  # the sets take turns, in tuning and check prompts alike
+    assert set(grid["check_by_set"]) == {"sharegpt", "code"}
     tuned = grid["per_position"]
     assert tuned["pure_prefix_len"] == grid["best"]["pure_prefix_len"] and tuned["tau"] >= tuned["scalar_tau"]
     saved = json.loads((tmp_path / "head" / "config.json").read_text())
@@ -144,3 +150,36 @@ def test_tune_fusion_cli_tunes_the_copy_expert_and_checks_its_flags(tmp_path, ca
                            (["--copy-gammas", "-1"], "copy gamma must be finite and >= 0")]:
         assert cli.main(args + extra) == 2
         assert message in capsys.readouterr().err
+
+
+def test_the_out_of_sample_check_replays_the_chosen_pure_prefix_and_splits_by_set():
+    target, drafter, head, sequences = tiny_tuning_parts()
+    replay = Replay(target, drafter, sequences)
+    loud = (head, 4.0, 0.3)
+    assert replay.tau(*loud, 0) != replay.tau(*loud, 1)  # so the check below can tell the prefixes apart
+    origins = ["sharegpt", "code", "sharegpt"]
+    overall, by_set = out_of_sample(target, [drafter], head, sequences, origins,
+                                    {"alpha": 4.0, "beta": 0.3, "pure_prefix_len": 0}, None, None)
+    assert overall["best"] == pytest.approx(replay.tau(*loud, 0))  # a best prefix of 0 is replayed as 0, not 1
+    assert overall["dflash_only"] == pytest.approx(replay.tau(None, 0.0, 0.0))
+    taus = replay.taus(*loud, 0)
+    assert by_set["code"]["best"] == pytest.approx(taus[1])
+    assert by_set["sharegpt"]["best"] == pytest.approx((taus[0] + taus[2]) / 2)
+
+
+def test_code_validation_prompts_come_from_held_out_stdlib_files_only():
+    from dels_hub.bench.prompts import code_validation_prompts, validation_prompts
+    from dels_hub.training.corpora import corpus_records
+
+    prompts = code_validation_prompts()
+    held_out = {record["path"] for record in corpus_records("pysrc:stdlib:validation")}
+    trained = {record["path"] for record in corpus_records("pysrc:stdlib")}
+    assert len(prompts) >= 32
+    for prompt in prompts:
+        path, name = prompt.id.rsplit(":", 1)
+        assert path in held_out and path not in trained
+        code = prompt.messages[0]["content"].split("```python\n", 1)[1].rsplit("\n```", 1)[0]
+        function, = ast.parse(code).body  # the signature and docstring only: the body is the target's to write
+        assert function.name == name and len(function.body) == 1 and ast.get_docstring(function)
+    with pytest.raises(BenchArgumentError, match="'heldout' is not one of"):
+        validation_prompts("heldout")

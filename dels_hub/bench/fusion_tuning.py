@@ -27,6 +27,7 @@ from ..fusion import fusion_weights
 from ..generation.drafting import context_features, propose
 from ..sampling import Warping
 from ..verify import accepted_prefix
+from .prompts import VALIDATION_SETS
 
 
 @torch.inference_mode()
@@ -76,13 +77,19 @@ class Replay:
         self.target, self.drafter, self.sequences, self.block_size = target, drafter, sequences, block_size
         self.caches = [{} for _ in sequences]
 
-    def tau(self, head, alpha, beta, pure_prefix_len: int = 1, copy_weights: torch.Tensor | None = None) -> float:
-        """Mean over sequences of the per-sequence mean acceptance length (``head=None``: DFlash only)."""
+    def taus(self, head, alpha, beta, pure_prefix_len: int = 1, copy_weights: torch.Tensor | None = None
+             ) -> list[float]:
+        """The mean acceptance length of each sequence (``head=None``: DFlash only)."""
         taus = []
         for (ids, prompt_len), cache in zip(self.sequences, self.caches, strict=True):
             lengths = replay_acceptance(self.target, self.drafter, head, ids, prompt_len, alpha, beta, self.block_size,
                                         pure_prefix_len, cache, copy_weights)
             taus.append(sum(lengths) / max(len(lengths), 1))
+        return taus
+
+    def tau(self, head, alpha, beta, pure_prefix_len: int = 1, copy_weights: torch.Tensor | None = None) -> float:
+        """Mean over sequences of the per-sequence mean acceptance length (``head=None``: DFlash only)."""
+        taus = self.taus(head, alpha, beta, pure_prefix_len, copy_weights)
         return sum(taus) / len(taus)
 
 
@@ -144,29 +151,39 @@ def tune_per_position(replays: list[Replay], head, start: dict, alphas, betas, n
 
 
 def validation_sequences(
-    target, tokenizer, num_prompts: int, max_new_tokens: int, seed: int = 0, max_prompt_tokens: int = 1024
-) -> list[tuple]:
-    """``(ids [1, N], prompt_len)`` of seeded ShareGPT *validation* prompts (data that is neither trained on
-    nor benchmarked) with the target's greedy continuations. Prompts over ``max_prompt_tokens`` are passed
-    over: they cost a long prefill and add no blocks."""
-    from .prompts import sharegpt_prompts
+    target, tokenizer, sets: list[str], num_prompts: int, max_new_tokens: int, seed: int = 0,
+    max_prompt_tokens: int = 1024,
+) -> tuple[list[tuple], list[str]]:
+    """``(ids [1, N], prompt_len)`` of seeded *validation* prompts (data that is neither trained on nor
+    benchmarked) with the target's greedy continuations, drawn from ``sets`` in turn so that every leading slice
+    mixes them evenly, and the set each came from. Prompts over ``max_prompt_tokens`` are passed over: they cost
+    a long prefill and add no blocks."""
+    from .prompts import validation_prompts
     from .runner import encode_chat
 
-    prompts = sharegpt_prompts("validation")
-    order = random.Random(seed).sample(range(len(prompts)), len(prompts))
-    sequences = []
+    def seeded_order(name: str):
+        prompts = validation_prompts(name)
+        for index in random.Random(seed).sample(range(len(prompts)), len(prompts)):
+            yield name, prompts[index]
+
+    queues = [seeded_order(name) for name in sets]
+    sequences, origins = [], []
     with tqdm(total=num_prompts, desc="target continuations", unit="prompt") as bar:
-        for index in order:
-            input_ids = encode_chat(tokenizer, prompts[index].messages, target.device)
-            if input_ids.shape[1] > max_prompt_tokens:
-                continue
-            out = target.generate(input_ids, max_new_tokens=max_new_tokens, do_sample=False)
-            if out.shape[1] - input_ids.shape[1] >= 2:  # at least one block to replay
-                sequences.append((out, input_ids.shape[1]))
-                bar.update(1)
-            if len(sequences) == num_prompts:
-                break
-    return sequences
+        while len(sequences) < num_prompts and queues:
+            queue = queues[len(sequences) % len(queues)]
+            for name, prompt in queue:
+                input_ids = encode_chat(tokenizer, prompt.messages, target.device)
+                if input_ids.shape[1] > max_prompt_tokens:
+                    continue
+                out = target.generate(input_ids, max_new_tokens=max_new_tokens, do_sample=False)
+                if out.shape[1] - input_ids.shape[1] >= 2:  # at least one block to replay
+                    sequences.append((out, input_ids.shape[1]))
+                    origins.append(name)
+                    bar.update(1)
+                    break
+            else:
+                queues.remove(queue)  # this set has no prompt left: the others go on
+    return sequences, origins
 
 
 def add_tune_fusion_arguments(parser: argparse.ArgumentParser) -> argparse.ArgumentParser:
@@ -177,7 +194,12 @@ def add_tune_fusion_arguments(parser: argparse.ArgumentParser) -> argparse.Argum
                         help="drafter(s) the head will be fused with; repeat to tune for their mean tau")
     parser.add_argument("--head", default=None,
                         help="the local head to tune (path); without one, only the copy expert is tuned over DFlash")
-    parser.add_argument("--num-prompts", type=int, default=16, help="ShareGPT validation prompts (default: 16)")
+    parser.add_argument("--validation", nargs="+", choices=VALIDATION_SETS, default=list(VALIDATION_SETS),
+                        metavar="SET", help="validation sets to draw prompts from in turn: sharegpt (ShareGPT's "
+                        "validation slice), code (HumanEval-shaped problems from the standard library's validation "
+                        "files) (default: both)")
+    parser.add_argument("--num-prompts", type=int, default=16,
+                        help="validation prompts to tune on, over all sets (default: 16)")
     parser.add_argument("--max-new-tokens", type=int, default=128, help="greedy continuation length (default: 128)")
     parser.add_argument("--alphas", type=float, nargs="+", default=[0.1, 0.2, 0.3, 0.5, 0.7, 1.0])
     parser.add_argument("--betas", type=float, nargs="+", default=[0.0, 0.1, 0.2, 0.3, 0.5])
@@ -203,17 +225,27 @@ def add_tune_fusion_arguments(parser: argparse.ArgumentParser) -> argparse.Argum
     return parser
 
 
-def out_of_sample(target, drafters, head, sequences, best: dict, per_position: dict | None,
-                  copy_weights: torch.Tensor | None) -> dict[str, float]:
+def out_of_sample(target, drafters, head, sequences, origins: list[str], best: dict, per_position: dict | None,
+                  copy_weights: torch.Tensor | None) -> tuple[dict[str, float], dict[str, dict[str, float]]]:
     """Mean tau over ``drafters`` on ``sequences`` (not used for tuning) of DFlash alone, the best grid point and,
-    if tuned, the per-position weights: whether what tuning found holds on other prompts."""
+    if tuned, the per-position weights: whether what tuning found holds on other prompts. Also the same per
+    validation set (``origins``: the set of each sequence)."""
     replays = [Replay(target, drafter, sequences) for drafter in drafters]
     chosen = {"dflash_only": (None, 0.0, 0.0, 1, None),  # without a head, alpha, beta and the prefix are None
-              "best": (head, best["alpha"] or 0.0, best["beta"] or 0.0, best["pure_prefix_len"] or 1, copy_weights)}
+              "best": (head, best["alpha"] or 0.0, best["beta"] or 0.0,
+                       1 if best["pure_prefix_len"] is None else best["pure_prefix_len"], copy_weights)}
     if per_position is not None:
         chosen["per_position"] = (head, per_position["alpha"], per_position["beta"], per_position["pure_prefix_len"],
                                   copy_weights)
-    return {name: sum(r.tau(*setting) for r in replays) / len(replays) for name, setting in chosen.items()}
+    # per sequence, mean over drafters
+    taus = {name: [sum(t) / len(t) for t in zip(*(r.taus(*setting) for r in replays))]
+            for name, setting in chosen.items()}
+    overall = {name: sum(values) / len(values) for name, values in taus.items()}
+    by_set = {}
+    for origin in dict.fromkeys(origins):
+        picked = [i for i, o in enumerate(origins) if o == origin]
+        by_set[origin] = {name: sum(values[i] for i in picked) / len(picked) for name, values in taus.items()}
+    return overall, by_set
 
 
 def copy_grid(ngrams: list[int], gammas: list[float]) -> list[tuple[int, float]]:
@@ -248,8 +280,8 @@ def tune_fusion_main(args: argparse.Namespace) -> int:
     target = load_target(args.target, None, **kwargs)
     head = load_head(args.head).to(target.dtype).eval() if args.head is not None else None
     drafters = [load_dflash(d, target.dtype).eval() for d in args.dflash]
-    drawn = validation_sequences(target, tokenizer, args.num_prompts + args.check_prompts, args.max_new_tokens,
-                                 args.seed)
+    drawn, origins = validation_sequences(target, tokenizer, list(dict.fromkeys(args.validation)),
+                                          args.num_prompts + args.check_prompts, args.max_new_tokens, args.seed)
     sequences, check_sequences = drawn[: args.num_prompts], drawn[args.num_prompts :]
     replays = [Replay(target, drafter, sequences) for drafter in drafters]
     grids = {}
@@ -276,15 +308,19 @@ def tune_fusion_main(args: argparse.Namespace) -> int:
                                          min(d.config.block_size for d in drafters) - 1, weights)
         print(f"per position: alpha {per_position['alpha']}, beta {per_position['beta']}: tau "
               f"{per_position['tau']:.3f} (scalar {per_position['scalar_tau']:.3f}, mean over drafters)")
-    check = (out_of_sample(target, drafters, head, check_sequences, best, per_position, weights)
-             if check_sequences else None)
+    check, check_by_set = (out_of_sample(target, drafters, head, check_sequences, origins[args.num_prompts :], best,
+                                         per_position, weights) if check_sequences else (None, None))
     if check:
         print("out of sample (" + f"{len(check_sequences)} other validation prompts, mean over drafters): "
               + ", ".join(f"{name} {tau:.3f}" for name, tau in check.items()))
+        for origin, taus in check_by_set.items():
+            print(f"  {origin} ({origins[args.num_prompts :].count(origin)} prompts): "
+                  + ", ".join(f"{name} {tau:.3f}" for name, tau in taus.items()))
     if args.json:
         write_text_atomic(args.json, json.dumps({"sequences": len(sequences), "max_new_tokens": args.max_new_tokens,
                                                  "seed": args.seed, "best": best, "per_position": per_position,
                                                  "check_sequences": len(check_sequences), "check": check,
+                                                 "validation": origins, "check_by_set": check_by_set,
                                                  "grids": grids}, indent=1))
     if best["copy_ngram"]:
         print(f"best copy expert: --copy-ngram {best['copy_ngram']} --copy-gamma {best['copy_gamma']:g} (decoding "

@@ -10,6 +10,7 @@ Offline sets come from registry packages (DESIGN.md §4): ``humaneval`` (``human
 ``mt-bench`` are read from the Hub through ``datasets``.
 """
 
+import ast
 import gzip
 import json
 import random
@@ -122,6 +123,40 @@ def sharegpt_prompts(split: str = "heldout") -> list[Prompt]:
         if turn is not None and turn.get("value", "").strip():
             prompts.append(Prompt(id=str(record.get("id", len(prompts))), messages=user(turn["value"])))
     return prompts
+
+
+# Sets fusion tuning may read: neither trained on nor benchmarked.
+VALIDATION_SETS = ("sharegpt", "code")
+
+
+def code_validation_prompts() -> list[Prompt]:
+    """HumanEval-shaped problems for tuning on code: the signature and docstring of every documented public
+    top-level function in the standard library's validation files (``pysrc:stdlib:validation``, which training
+    holds out), in HumanEval's template. Functions with nothing but a docstring are passed over."""
+    from ..training.corpora import corpus_records
+
+    prompts = []
+    for record in corpus_records("pysrc:stdlib:validation"):
+        try:
+            module = ast.parse(record["text"])
+        except SyntaxError:
+            continue  # a file for another Python version
+        lines = record["text"].splitlines()
+        for node in module.body:
+            if (isinstance(node, ast.FunctionDef) and not node.name.startswith("_") and len(node.body) > 1
+                    and ast.get_docstring(node)):
+                signature_and_docstring = "\n".join(lines[node.lineno - 1 : node.body[0].end_lineno])
+                prompts.append(Prompt(id=f"{record['path']}:{node.name}",
+                                      messages=user(HUMANEVAL_TEMPLATE.format(prompt=signature_and_docstring))))
+    return prompts
+
+
+def validation_prompts(name: str) -> list[Prompt]:
+    """The prompts of validation set ``name`` (one of ``VALIDATION_SETS``): ShareGPT's validation slice, or
+    ``code_validation_prompts``."""
+    if name not in VALIDATION_SETS:
+        raise BenchArgumentError(f"validation set {name!r} is not one of {list(VALIDATION_SETS)}")
+    return sharegpt_prompts("validation") if name == "sharegpt" else code_validation_prompts()
 
 
 def jsonl_prompts(path: str) -> list[Prompt]:
