@@ -15,7 +15,7 @@ import json
 from pathlib import Path
 
 from dels_hub.arguments import json_object
-from dels_hub.bench.fusion_tuning import Replay, validation_sequences
+from dels_hub.bench.fusion_tuning import Replay, means_by_set, validation_sequences
 from dels_hub.bench.prompts import VALIDATION_SETS
 from dels_hub.files import write_text_atomic
 from dels_hub.loading import load_dflash, load_head, load_target, tokenizer_for
@@ -51,14 +51,14 @@ def main() -> None:
     target = load_target(args.target, None, **args.target_kwargs)
     head = load_head(args.head).to(target.dtype).eval()
     drafter = load_dflash(args.dflash, target.dtype).eval()
-    drawn, origins = validation_sequences(target, tokenizer, args.validation, grid["sequences"] + grid["check_sequences"],
-                                    grid["max_new_tokens"], grid["seed"])
+    drawn, origins = validation_sequences(target, tokenizer, args.validation,
+                                          grid["sequences"] + grid["check_sequences"], grid["max_new_tokens"],
+                                          grid["seed"])
     replay, origins = Replay(target, drafter, drawn[grid["sequences"] :]), origins[grid["sequences"] :]
     check = {}
     for name, (uses_head, alpha, beta, pure) in settings.items():
         taus = replay.taus(head if uses_head else None, alpha, beta, pure)
-        by_set = {origin: sum(t for t, o in zip(taus, origins) if o == origin) / origins.count(origin)
-                  for origin in dict.fromkeys(origins)}
+        by_set = means_by_set(taus, origins)
         check[name] = {"alpha": alpha, "beta": beta, "pure_prefix_len": pure, "tau": sum(taus) / len(taus),
                        "by_set": by_set}
         print(f"{name}: alpha {alpha}, beta {beta}, pure_prefix_len {pure}: tau {check[name]['tau']:.3f} ("

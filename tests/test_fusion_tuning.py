@@ -183,3 +183,33 @@ def test_code_validation_prompts_come_from_held_out_stdlib_files_only():
         assert function.name == name and len(function.body) == 1 and ast.get_docstring(function)
     with pytest.raises(BenchArgumentError, match="'heldout' is not one of"):
         validation_prompts("heldout")
+
+
+def test_the_replayed_check_script_reproduces_tune_fusions_own_check(tmp_path):
+    """``scripts/replay_fusion_check.py`` draws the check prompts as the tuning run did: DFlash alone and the best
+    setting replay to the run's own check figures, per set too, and a named setting is replayed as named."""
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    tokenizer = make_tokenizer(VOCAB - 2)
+    make_target("qwen3", vocab=VOCAB).save_pretrained(tmp_path / "target")
+    tokenizer.save_pretrained(tmp_path / "target")
+    make_dflash(4, VOCAB - 1, vocab=VOCAB, seed=5).save_pretrained(tmp_path / "dflash")
+    make_head(tokenizer, vocab=VOCAB - 2).save_pretrained(tmp_path / "head")
+    parts = ["--target", str(tmp_path / "target"), "--dflash", str(tmp_path / "dflash"), "--head", str(tmp_path / "head")]
+    assert cli.main(["tune-fusion", *parts, "--num-prompts", "2", "--check-prompts", "4", "--max-new-tokens", "12",
+                     "--alphas", "2.0", "4.0", "--betas", "0.3", "--pure-prefix-lens", "0",
+                     "--json", str(tmp_path / "grid.json")]) == 0
+    grid = json.loads((tmp_path / "grid.json").read_text())
+    script = Path(__file__).resolve().parent.parent / "scripts" / "replay_fusion_check.py"
+    done = subprocess.run([sys.executable, str(script), str(tmp_path / "grid.json"), *parts, "--validation", "sharegpt",
+                           "code", "--setting", "loud=4.0,0.3,1", "--json", str(tmp_path / "check.json")],
+                          capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr
+    check = json.loads((tmp_path / "check.json").read_text())["check"]
+    for name in ("dflash_only", "best"):
+        assert check[name]["tau"] == pytest.approx(grid["check"][name])
+        for origin in ("sharegpt", "code"):
+            assert check[name]["by_set"][origin] == pytest.approx(grid["check_by_set"][origin][name])
+    assert (check["loud"]["alpha"], check["loud"]["pure_prefix_len"]) == (4.0, 1)

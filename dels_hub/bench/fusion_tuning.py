@@ -241,11 +241,17 @@ def out_of_sample(target, drafters, head, sequences, origins: list[str], best: d
     taus = {name: [sum(t) / len(t) for t in zip(*(r.taus(*setting) for r in replays))]
             for name, setting in chosen.items()}
     overall = {name: sum(values) / len(values) for name, values in taus.items()}
-    by_set = {}
-    for origin in dict.fromkeys(origins):
-        picked = [i for i, o in enumerate(origins) if o == origin]
-        by_set[origin] = {name: sum(values[i] for i in picked) / len(picked) for name, values in taus.items()}
+    by_set = {}  # set -> setting -> tau
+    for name, values in taus.items():
+        for origin, tau in means_by_set(values, origins).items():
+            by_set.setdefault(origin, {})[name] = tau
     return overall, by_set
+
+
+def means_by_set(taus: list[float], origins: list[str]) -> dict[str, float]:
+    """The mean of ``taus`` over the sequences of each validation set (``origins``: the set of each)."""
+    return {origin: sum(t for t, o in zip(taus, origins, strict=True) if o == origin) / origins.count(origin)
+            for origin in dict.fromkeys(origins)}
 
 
 def copy_grid(ngrams: list[int], gammas: list[float]) -> list[tuple[int, float]]:
