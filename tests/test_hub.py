@@ -102,7 +102,8 @@ def test_refresh_keeps_eval_and_measurements(qwen3_head_dir):
     assert (qwen3_head_dir / "README.md").read_text() == before
 
 
-@pytest.mark.parametrize("pure_prefix_len, says", [(1, "positions 1..1 from DFlash alone"),
+@pytest.mark.parametrize("pure_prefix_len, says", [(1, "position 1 from DFlash alone"),
+                                                    (2, "positions 1..2 from DFlash alone"),
                                                     (0, "fused from the first draft position on")])
 def test_head_card_states_where_fusion_starts(qwen3_head_dir, pure_prefix_len, says):
     config = DeLSLocalHeadConfig.from_pretrained(qwen3_head_dir)
