@@ -2,7 +2,7 @@
 .venv-engine).
 
     .venv-engine/bin/python scripts/vllm_generate.py TARGET --prompts prompts.json [--dflash D [--head H
-        [--alpha A] [--beta B]]] [--max-tokens N] [--check-fusion]
+        [--alpha A] [--beta B] [--pure-prefix-len P]]] [--max-tokens N] [--check-fusion]
 
 ``prompts.json`` holds a list of user messages; each is sent through the target's chat template. The output is
 one line ``RESULT {"tokens": [[ids of each answer]], "seconds": ..., "spec_decode": {metric: value}}`` among
@@ -103,6 +103,8 @@ def main() -> None:
     parser.add_argument("--head", default=None)
     parser.add_argument("--alpha", type=float, default=None, help="fusion weight of the head (default: the head's)")
     parser.add_argument("--beta", type=float, default=None, help="weight of the unigram prior (default: the head's)")
+    parser.add_argument("--pure-prefix-len", type=int, default=None,
+                        help="leading drafts taken from DFlash alone (default: the head's)")
     parser.add_argument("--check-fusion", action="store_true")
     parser.add_argument("--num-speculative-tokens", type=int, default=None)
     parser.add_argument("--max-tokens", type=int, default=48)
@@ -118,7 +120,8 @@ def main() -> None:
 
         head = os.path.abspath(args.head) if args.head else None
         speculative = vllm_speculative_config(os.path.abspath(args.dflash), head, args.num_speculative_tokens,
-                                              alpha=args.alpha, beta=args.beta)
+                                              alpha=args.alpha, beta=args.beta,
+                                              pure_prefix_len=args.pure_prefix_len)
     with open(args.prompts) as handle:
         conversations = [[{"role": "user", "content": prompt}] for prompt in json.load(handle)]
     llm = build_llm(args.target, speculative, max_num_seqs=len(conversations))
