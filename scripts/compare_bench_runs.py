@@ -41,6 +41,16 @@ def compare(before: dict, after: dict, renamed: dict) -> list[dict]:
     return compared
 
 
+def split_rename(pair: str, names: set[str]) -> tuple[str, str]:
+    """``OLD=NEW`` where row names hold '=' themselves (``DFlash (b=8)``): split at the '=' that ends a row name of
+    BEFORE."""
+    for at, character in enumerate(pair):
+        if character == "=" and pair[:at] in names:
+            return pair[:at], pair[at + 1 :]
+    sys.exit(f"compare_bench_runs: --rename {pair!r} does not start with a row name of BEFORE and '=' "
+             f"(its rows: {sorted(names)})")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("before", type=Path)
@@ -48,8 +58,10 @@ def main() -> None:
     parser.add_argument("--rename", nargs="+", default=[], metavar="OLD=NEW", help="a row's name in each run")
     parser.add_argument("--json", type=Path, default=None)
     args = parser.parse_args()
-    renamed = dict(pair.split("=", 1) for pair in args.rename)
-    compared = compare(load(args.before), load(args.after), renamed)
+    before = load(args.before)
+    names = {row["name"] for row in before["rows"]}
+    renamed = dict(split_rename(pair, names) for pair in args.rename)
+    compared = compare(before, load(args.after), renamed)
     for entry in compared:
         difference = entry["tau_difference"]
         print(f"{entry['row']}: tau {entry['tau_before']:.3f} -> {entry['tau_after']:.3f}, paired "

@@ -152,9 +152,9 @@ def test_two_runs_are_compared_row_by_row_per_prompt(greedy_run, tmp_path):
         prompt["tau"] += 0.5
     (after / "results.json").write_text(json.dumps(changed))
 
-    def compare(other):
-        done = subprocess.run([sys.executable, str(script), str(before), str(other), "--json", str(tmp_path / "c.json")],
-                              capture_output=True, text=True)
+    def compare(other, *rename):
+        done = subprocess.run([sys.executable, str(script), str(before), str(other), "--json", str(tmp_path / "c.json"),
+                               *(["--rename", *rename] if rename else [])], capture_output=True, text=True)
         return done, json.loads((tmp_path / "c.json").read_text())["rows"] if done.returncode == 0 else None
 
     _, itself = compare(before)
@@ -162,6 +162,11 @@ def test_two_runs_are_compared_row_by_row_per_prompt(greedy_run, tmp_path):
     _, rows = compare(after)
     moved = {entry["row"]: entry["tau_difference"]["mean"] for entry in rows}
     assert moved.pop(dels["name"]) == pytest.approx(0.5) and set(moved.values()) == {0}
+    # Row names hold '=' themselves ("b=8"): --rename OLD=NEW splits where a row name of BEFORE ends.
+    old_name, dels["name"] = dels["name"], "DeLS (b=8, renamed)"
+    (after / "results.json").write_text(json.dumps(changed))
+    _, rows = compare(after, f"{old_name}=DeLS (b=8, renamed)")
+    assert {entry["row"]: entry["tau_difference"]["mean"] for entry in rows}["DeLS (b=8, renamed)"] == pytest.approx(0.5)
     changed["prompts"] = changed["prompts"][::-1] + ["another"]
     (after / "results.json").write_text(json.dumps(changed))
     refused, _ = compare(after)
