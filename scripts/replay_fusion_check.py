@@ -15,8 +15,9 @@ import json
 from pathlib import Path
 
 from dels_hub.arguments import json_object
-from dels_hub.bench.fusion_tuning import Replay, means_by_set, validation_sequences
+from dels_hub.bench.fusion_tuning import checked_settings, out_of_sample, validation_sequences
 from dels_hub.bench.prompts import VALIDATION_SETS
+from dels_hub.copy_expert import CopySettings
 from dels_hub.files import write_text_atomic
 from dels_hub.loading import load_dflash, load_head, load_target, tokenizer_for
 
@@ -39,30 +40,25 @@ def main() -> None:
     parser.add_argument("--json", default=None)
     args = parser.parse_args()
     grid = json.loads(Path(args.grid).read_text())
-    settings = {"dflash_only": (None, 0.0, 0.0, 1)}
-    best = grid["best"]
-    settings["best"] = ("head", best["alpha"], best["beta"], best["pure_prefix_len"])
-    if grid.get("per_position"):
-        tuned = grid["per_position"]
-        settings["per_position"] = ("head", tuned["alpha"], tuned["beta"], tuned["pure_prefix_len"])
-    settings |= {name: ("head", *values) for name, values in args.setting}
-
     tokenizer = tokenizer_for(args.target, None, **args.target_kwargs)
     target = load_target(args.target, None, **args.target_kwargs)
     head = load_head(args.head).to(target.dtype).eval()
     drafter = load_dflash(args.dflash, target.dtype).eval()
+    best = grid["best"]
+    copy_weights = CopySettings(best.get("copy_ngram", 0), best.get("copy_gamma", 0.0)).weights(target.device)
+    chosen = checked_settings(head, best, grid.get("per_position"), copy_weights)
+    chosen |= {name: (head, *values, copy_weights) for name, values in args.setting}
     drawn, origins = validation_sequences(target, tokenizer, args.validation,
                                           grid["sequences"] + grid["check_sequences"], grid["max_new_tokens"],
                                           grid["seed"])
-    replay, origins = Replay(target, drafter, drawn[grid["sequences"] :]), origins[grid["sequences"] :]
+    overall, by_set = out_of_sample(target, [drafter], drawn[grid["sequences"] :], origins[grid["sequences"] :],
+                                    chosen)
     check = {}
-    for name, (uses_head, alpha, beta, pure) in settings.items():
-        taus = replay.taus(head if uses_head else None, alpha, beta, pure)
-        by_set = means_by_set(taus, origins)
-        check[name] = {"alpha": alpha, "beta": beta, "pure_prefix_len": pure, "tau": sum(taus) / len(taus),
-                       "by_set": by_set}
-        print(f"{name}: alpha {alpha}, beta {beta}, pure_prefix_len {pure}: tau {check[name]['tau']:.3f} ("
-              + ", ".join(f"{origin} {tau:.3f}" for origin, tau in by_set.items()) + ")")
+    for name, (_, alpha, beta, pure, _) in chosen.items():
+        check[name] = {"alpha": alpha, "beta": beta, "pure_prefix_len": pure, "tau": overall[name],
+                       "by_set": {origin: taus[name] for origin, taus in by_set.items()}}
+        print(f"{name}: alpha {alpha}, beta {beta}, pure_prefix_len {pure}: tau {overall[name]:.3f} ("
+              + ", ".join(f"{origin} {taus[name]:.3f}" for origin, taus in by_set.items()) + ")")
     if args.json:
         write_text_atomic(args.json, json.dumps({"grid": args.grid, "check_sequences": grid["check_sequences"],
                                                  "check": check}, indent=1))

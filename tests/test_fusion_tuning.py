@@ -7,7 +7,14 @@ import pytest
 import torch
 
 from dels_hub import DeLSGenerator, cli
-from dels_hub.bench.fusion_tuning import Replay, out_of_sample, replay_acceptance, tune_fusion, tune_per_position
+from dels_hub.bench.fusion_tuning import (
+    Replay,
+    checked_settings,
+    out_of_sample,
+    replay_acceptance,
+    tune_fusion,
+    tune_per_position,
+)
 from dels_hub.errors import BenchArgumentError
 
 from conftest import make_dflash, make_head, make_target, make_tokenizer
@@ -158,8 +165,8 @@ def test_the_out_of_sample_check_replays_the_chosen_pure_prefix_and_splits_by_se
     loud = (head, 4.0, 0.3)
     assert replay.tau(*loud, 0) != replay.tau(*loud, 1)  # so the check below can tell the prefixes apart
     origins = ["sharegpt", "code", "sharegpt"]
-    overall, by_set = out_of_sample(target, [drafter], head, sequences, origins,
-                                    {"alpha": 4.0, "beta": 0.3, "pure_prefix_len": 0}, None, None)
+    chosen = checked_settings(head, {"alpha": 4.0, "beta": 0.3, "pure_prefix_len": 0}, None, None)
+    overall, by_set = out_of_sample(target, [drafter], sequences, origins, chosen)
     assert overall["best"] == pytest.approx(replay.tau(*loud, 0))  # a best prefix of 0 is replayed as 0, not 1
     assert overall["dflash_only"] == pytest.approx(replay.tau(None, 0.0, 0.0))
     taus = replay.taus(*loud, 0)

@@ -27,7 +27,7 @@ from ..fusion import fusion_weights
 from ..generation.drafting import context_features, propose
 from ..sampling import Warping
 from ..verify import accepted_prefix
-from .prompts import VALIDATION_SETS
+from .prompts import VALIDATION_SETS, validation_prompts
 
 
 @torch.inference_mode()
@@ -158,7 +158,6 @@ def validation_sequences(
     benchmarked) with the target's greedy continuations, drawn from ``sets`` in turn so that every leading slice
     mixes them evenly, and the set each came from. Prompts over ``max_prompt_tokens`` are passed over: they cost
     a long prefill and add no blocks."""
-    from .prompts import validation_prompts
     from .runner import encode_chat
 
     def seeded_order(name: str):
@@ -225,18 +224,24 @@ def add_tune_fusion_arguments(parser: argparse.ArgumentParser) -> argparse.Argum
     return parser
 
 
-def out_of_sample(target, drafters, head, sequences, origins: list[str], best: dict, per_position: dict | None,
-                  copy_weights: torch.Tensor | None) -> tuple[dict[str, float], dict[str, dict[str, float]]]:
-    """Mean tau over ``drafters`` on ``sequences`` (not used for tuning) of DFlash alone, the best grid point and,
-    if tuned, the per-position weights: whether what tuning found holds on other prompts. Also the same per
-    validation set (``origins``: the set of each sequence)."""
-    replays = [Replay(target, drafter, sequences) for drafter in drafters]
+def checked_settings(head, best: dict, per_position: dict | None, copy_weights: torch.Tensor | None) -> dict:
+    """name -> ``Replay.taus`` arguments of what the out-of-sample check replays: DFlash alone, the best grid point
+    and, if tuned, the per-position weights."""
     chosen = {"dflash_only": (None, 0.0, 0.0, 1, None),  # without a head, alpha, beta and the prefix are None
               "best": (head, best["alpha"] or 0.0, best["beta"] or 0.0,
                        1 if best["pure_prefix_len"] is None else best["pure_prefix_len"], copy_weights)}
     if per_position is not None:
         chosen["per_position"] = (head, per_position["alpha"], per_position["beta"], per_position["pure_prefix_len"],
                                   copy_weights)
+    return chosen
+
+
+def out_of_sample(target, drafters, sequences, origins: list[str], chosen: dict
+                  ) -> tuple[dict[str, float], dict[str, dict[str, float]]]:
+    """Mean tau over ``drafters`` on ``sequences`` (not used for tuning) of each setting in ``chosen`` (see
+    ``checked_settings``): whether what tuning found holds on other prompts. Also the same per validation set
+    (``origins``: the set of each sequence)."""
+    replays = [Replay(target, drafter, sequences) for drafter in drafters]
     # per sequence, mean over drafters
     taus = {name: [sum(t) / len(t) for t in zip(*(r.taus(*setting) for r in replays))]
             for name, setting in chosen.items()}
@@ -314,13 +319,15 @@ def tune_fusion_main(args: argparse.Namespace) -> int:
                                          min(d.config.block_size for d in drafters) - 1, weights)
         print(f"per position: alpha {per_position['alpha']}, beta {per_position['beta']}: tau "
               f"{per_position['tau']:.3f} (scalar {per_position['scalar_tau']:.3f}, mean over drafters)")
-    check, check_by_set = (out_of_sample(target, drafters, head, check_sequences, origins[args.num_prompts :], best,
-                                         per_position, weights) if check_sequences else (None, None))
+    check_origins = origins[args.num_prompts :]
+    check, check_by_set = (out_of_sample(target, drafters, check_sequences, check_origins,
+                                         checked_settings(head, best, per_position, weights))
+                           if check_sequences else (None, None))
     if check:
         print("out of sample (" + f"{len(check_sequences)} other validation prompts, mean over drafters): "
               + ", ".join(f"{name} {tau:.3f}" for name, tau in check.items()))
         for origin, taus in check_by_set.items():
-            print(f"  {origin} ({origins[args.num_prompts :].count(origin)} prompts): "
+            print(f"  {origin} ({check_origins.count(origin)} prompts): "
                   + ", ".join(f"{name} {tau:.3f}" for name, tau in taus.items()))
     if args.json:
         write_text_atomic(args.json, json.dumps({"sequences": len(sequences), "max_new_tokens": args.max_new_tokens,
