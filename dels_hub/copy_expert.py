@@ -144,3 +144,9 @@ class CopyChain:
         grown = (previous + 1).clamp(max=self.max_ngram)
         self.matches = torch.where(self.candidates & (self.tokens == token.unsqueeze(1)), grown, 0)
         self.slot += 1
+
+
+def longest_matches(tokens: torch.Tensor, anchor: torch.Tensor, weights: torch.Tensor) -> torch.Tensor:
+    """``[B]`` each row's longest copy match (0..n) at its ``anchor [B]``: the match length the copy expert votes with
+    at the block's first slot, read by the cost-aware policy before it decides to draft."""
+    return CopyChain(tokens, anchor, weights).matches.amax(-1)

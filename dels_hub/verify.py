@@ -1,10 +1,11 @@
 """Lossless verification of a drafted block, and what of it is committed. Convention (Leviathan et al.):
 p = target, q = draft.
 
-Both verifiers are pure and vectorized over any leading batch dimensions (one row per sequence of a batch): they
-return the committed tokens and the number of accepted drafts as device tensors, and ``commit_count`` packs every
-row's committed count with its stop into the block's one device-to-host transfer (``to_host``, the only one the
-decode loop makes besides the prefill's ``is_stop``).
+The verifiers are pure and vectorized over any leading batch dimensions (one row per sequence of a batch): they
+return the committed tokens and the number of accepted drafts as device tensors; ``committed`` turns them into every
+row's committed count and stop, which the loop packs into the block's one device-to-host transfer. Every transfer
+goes through ``to_host``: that one, the prefill's ``is_stop``, and, under the cost-aware policy, the drafts'
+confidences, which the verify's width waits for.
 """
 
 import torch
@@ -75,13 +76,35 @@ def verify_rejection(
     return tokens, n_accepted
 
 
-def verify_block(warping: Warping, drafts: torch.Tensor, q, logits: torch.Tensor, generator):
-    """``(tokens, n_accepted)`` of one block: greedy verification, or rejection sampling against the warped
-    target ``p``. Block size 1 drafts nothing: an empty ``q`` makes the verifier draw the bonus straight from p."""
+def verify_match(draft_ids: torch.Tensor, p_target: torch.Tensor, generator: torch.Generator | None = None):
+    """Top-token drafts against the target's own samples (sample and match): exact for any draft that does not
+    depend on the target's draws.
+
+    Draw the target's token at every position from ``p_target`` and keep the drafts while each equals the draw
+    there; the first draw that differs is the bonus. Every committed token is then the target's own sample given
+    the committed prefix, which is what sampling from p one token at a time gives.
+
+    Args:
+        draft_ids: ``[..., k]`` drafted tokens (chosen without looking at the target's draws, e.g. the fused argmax).
+        p_target: ``[..., k + 1, V]`` warped target distributions (float32).
+
+    Returns:
+        ``(tokens [..., k + 1], n_accepted [...])`` as in ``verify_greedy``.
+    """
+    samples = sample(p_target, generator)
+    return samples, accepted_prefix(draft_ids, samples[..., :-1])
+
+
+def verify_block(warping: Warping, drafts: torch.Tensor, q, logits: torch.Tensor, generator, match: bool = False):
+    """``(tokens, n_accepted)`` of one block: greedy verification; at T > 0 rejection sampling of sampled drafts
+    against the warped target ``p``, or, with ``match``, top-token drafts against the target's own samples
+    (``verify_match``). No drafts (a plain step): an empty ``q`` makes the verifier draw the bonus straight from p."""
     if warping.greedy:
         return verify_greedy(drafts, logits)
     p = warp_probs(logits, warping)
-    return verify_rejection(drafts, p[..., :0, :] if q is None else q, p, generator)
+    if match:
+        return verify_match(drafts, p, generator)
+    return verify_rejection(drafts, p[..., :0, :] if q is None else q[..., : drafts.shape[-1], :], p, generator)
 
 
 def to_host(values: torch.Tensor) -> list:
@@ -95,21 +118,29 @@ def is_stop(tokens: torch.Tensor, stop_ids: torch.Tensor) -> list[bool]:
     return to_host(torch.isin(tokens, stop_ids))
 
 
-def commit_count(tokens, n_accepted, stop_ids, block_index, budget: torch.Tensor) -> tuple:
-    """How many of each row's verified ``tokens [B, block_size]`` are committed, and which rows stop.
+def committed(tokens, n_accepted, stop_ids, block_index, budget: torch.Tensor) -> tuple:
+    """How many of each row's verified ``tokens [B, w]`` are committed, and which rows stop, on the device.
 
     Accepted drafts plus the bonus, cut after the first stop token among them and at ``budget [B]`` (new tokens
-    each row may still add). This is the block's one device-to-host transfer: the counts and the stops travel
-    together.
+    each row may still add); ``block_index`` is ``arange(w)``.
 
     Returns:
-        ``(n_commit [B] on the device, n_commit as a host list, stopped as a host list)``; a row stops on a stop
-        token, not on its budget (the loop counts that itself).
+        ``(n_commit [B], stopped [B] bool)``; a row stops on a stop token, not on its budget (the loop counts that
+        itself).
     """
-    block_size = block_index.shape[0]
+    width = block_index.shape[0]
     is_stop_token = torch.isin(tokens, stop_ids) & (block_index <= n_accepted.unsqueeze(-1))
-    first_stop = torch.where(is_stop_token, block_index, block_size).amin(-1)
-    stopped = first_stop < block_size
-    n_commit = torch.where(stopped, first_stop, n_accepted).add(1).minimum(budget)
+    first_stop = torch.where(is_stop_token, block_index, width).amin(-1)
+    stopped = first_stop < width
+    return torch.where(stopped, first_stop, n_accepted).add(1).minimum(budget), stopped
+
+
+def commit_count(tokens, n_accepted, stop_ids, block_index, budget: torch.Tensor) -> tuple:
+    """``committed``, then one device-to-host transfer of the counts and the stops together.
+
+    Returns:
+        ``(n_commit [B] on the device, n_commit as a host list, stopped as a host list)``.
+    """
+    n_commit, stopped = committed(tokens, n_accepted, stop_ids, block_index, budget)
     counts, stops = to_host(torch.stack([n_commit, stopped.long()]))
     return n_commit, counts, [bool(stop) for stop in stops]

@@ -177,7 +177,7 @@ def instrumented(generator, sections: Sections):
 
 
 def run_loop(generator, input_ids, new_tokens, block_size, fast):
-    out = generator.generate(input_ids, max_new_tokens=new_tokens, block_size=block_size, fast=fast,
+    out = generator.generate(input_ids, max_new_tokens=new_tokens, block_size=block_size, fast=fast, policy="fixed",
                              return_dict_in_generate=True, eos_token_id=None)
     blocks = len(out.acceptance_lengths)
     return out, out.decode_seconds / blocks, (out.num_new_tokens - 1) / out.decode_seconds
@@ -256,8 +256,8 @@ def exactness(generator, input_ids) -> dict:
     """Greedy with the real verifier through both loops. Random bf16 weights give nearly flat logits over a
     large vocabulary, where the loops' different attention shapes can flip a near-tie; so a difference comes
     with the target's top-1 minus top-2 logit at that step: a margin within bf16 rounding is a tie, not a bug."""
-    fast = generator.generate(input_ids, max_new_tokens=32, fast=True, eos_token_id=None)
-    eager = generator.generate(input_ids, max_new_tokens=32, fast=False, eos_token_id=None)
+    fast = generator.generate(input_ids, max_new_tokens=32, fast=True, eos_token_id=None, policy="fixed")
+    eager = generator.generate(input_ids, max_new_tokens=32, fast=False, eos_token_id=None, policy="fixed")
     if torch.equal(fast, eager):
         return {"fast_equals_eager_greedy": True}
     width = min(fast.shape[1], eager.shape[1])

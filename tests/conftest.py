@@ -10,6 +10,18 @@ from dels_hub import DeLSLocalHead, DeLSLocalHeadConfig, DFlashConfig, DFlashDra
 # Tiny models run fastest on one thread, and the suite then stays quick on a busy 2-core machine.
 torch.set_num_threads(1)
 
+
+
+@pytest.fixture(autouse=True, scope="session")
+def cost_model_cache(tmp_path_factory):
+    """Calibrations (the cost-aware policy's, ``generation/cost_model.py``) go to a folder of this run, not home."""
+    folder = tmp_path_factory.mktemp("dels_hub_cache")
+    patch = pytest.MonkeyPatch()
+    patch.setenv("DELS_HUB_CACHE", str(folder))
+    yield folder
+    patch.undo()
+
+
 VOCAB = 96  # embedding rows of the tiny targets
 HIDDEN = 64
 

@@ -40,7 +40,7 @@ def ragged_prompts(count: int) -> list[torch.Tensor]:
 def test_batched_greedy_equals_target_generate_on_the_padded_batch(small, block_size, batch_size, with_head):
     target, new_tokens = small["qwen3"], 24
     drafter = make_dflash(block_size=block_size, mask_token_id=SMALL_VOCAB - 1, vocab=SMALL_VOCAB, seed=5)
-    generator = DeLSGenerator(target, drafter, small["head"] if with_head else None, small["tokenizer"])
+    generator = DeLSGenerator(target, drafter, small["head"] if with_head else None, small["tokenizer"], policy="fixed", draft_mode="sampled")
     prompts = ragged_prompts(batch_size)
     input_ids, attention_mask = left_padded(prompts)
     # EOS is row 0's first greedy token: row 0 stops at once, while the others run on (one to the budget).
@@ -65,7 +65,7 @@ def test_batched_greedy_equals_target_generate_on_the_padded_batch(small, block_
 def test_batched_greedy_with_the_copy_expert_and_llama(small):
     target = small["llama"]
     drafter = make_dflash(block_size=4, mask_token_id=SMALL_VOCAB - 1, vocab=SMALL_VOCAB, seed=5)
-    generator = DeLSGenerator(target, drafter, small["head"], small["tokenizer"], copy_ngram=2, copy_gamma=3.0)
+    generator = DeLSGenerator(target, drafter, small["head"], small["tokenizer"], copy_ngram=2, copy_gamma=3.0, policy="fixed", draft_mode="sampled")
     prompts = [torch.cat([p] * 2, dim=1) for p in ragged_prompts(3)]  # repeats, so the copy expert votes
     input_ids, attention_mask = left_padded(prompts)
     expected = target.generate(input_ids, attention_mask=attention_mask, max_new_tokens=20, do_sample=False,
@@ -92,7 +92,7 @@ def batch_counts(generator, input_ids, attention_mask, samples, new_tokens, **kw
 def batched_sampling_pvalues(small, samples=1500, new_tokens=3) -> list[float]:
     target = small["qwen3"]
     generator = DeLSGenerator(target, make_dflash(4, SMALL_VOCAB - 1, vocab=SMALL_VOCAB), small["head"],
-                              small["tokenizer"])
+                              small["tokenizer"], policy="fixed", draft_mode="sampled")
     prompts = ragged_prompts(2)  # different prompts, different lengths
     input_ids, attention_mask = left_padded(prompts)
     warping = Warping(0.8, 0, 0.9)
@@ -113,7 +113,7 @@ def test_negative_control_a_biased_verifier_is_detected_in_a_batch(small, monkey
 
 def test_seeded_batched_sampling_is_reproducible(small):
     generator = DeLSGenerator(small["qwen3"], make_dflash(8, SMALL_VOCAB - 1, vocab=SMALL_VOCAB), small["head"],
-                              small["tokenizer"])
+                              small["tokenizer"], policy="fixed", draft_mode="sampled")
     input_ids, attention_mask = left_padded(ragged_prompts(3))
     runs = [generator.generate(input_ids, attention_mask=attention_mask, max_new_tokens=16, do_sample=True, seed=5,
                                pad_token_id=PAD) for _ in range(2)]
@@ -122,7 +122,7 @@ def test_seeded_batched_sampling_is_reproducible(small):
 
 def test_batches_that_cannot_run_are_refused_before_work(small):
     generator = DeLSGenerator(small["qwen3"], make_dflash(4, SMALL_VOCAB - 1, vocab=SMALL_VOCAB), None,
-                              small["tokenizer"])
+                              small["tokenizer"], policy="fixed", draft_mode="sampled")
     input_ids, attention_mask = left_padded(ragged_prompts(2))
     right_padded = attention_mask.flip(1)
     with pytest.raises(UnsupportedInputError, match=r"attention_mask row 0 .* expected left padding"):
@@ -151,7 +151,7 @@ def batch1_runs(small) -> dict:
     drafter = make_dflash(8, SMALL_VOCAB - 1, vocab=SMALL_VOCAB, seed=5)
     runs = {}
     for name, head, copy in [("dflash", None, 0), ("dels", small["head"], 0), ("dels+copy", small["head"], 2)]:
-        generator = DeLSGenerator(small["qwen3"], drafter, head, small["tokenizer"], copy_ngram=copy)
+        generator = DeLSGenerator(small["qwen3"], drafter, head, small["tokenizer"], copy_ngram=copy, policy="fixed", draft_mode="sampled")
         for index, prompt in enumerate(small_prompts(count=3)):
             for fast in (True, False):
                 for sampled in (False, True):

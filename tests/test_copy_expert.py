@@ -96,8 +96,8 @@ def test_greedy_with_the_copy_expert_equals_the_target_and_copies_are_accepted(q
     tokenizer = make_tokenizer()
     head = make_head(tokenizer) if with_head else None
     drafter = make_dflash(block_size, VOCAB - 1, seed=5)  # random over 96 ids: it alone rarely gets accepted
-    plain = DeLSGenerator(target, drafter, head, tokenizer)
-    copying = DeLSGenerator(target, drafter, head, tokenizer, copy_ngram=3, copy_gamma=50.0)
+    plain = DeLSGenerator(target, drafter, head, tokenizer, policy="fixed", draft_mode="sampled")
+    copying = DeLSGenerator(target, drafter, head, tokenizer, copy_ngram=3, copy_gamma=50.0, policy="fixed", draft_mode="sampled")
     accepted = {"plain": 0, "copy": 0}
     for input_ids in repeating_prompts(target):
         expected = target.generate(input_ids, max_new_tokens=32, do_sample=False)
@@ -113,7 +113,7 @@ def test_greedy_with_the_copy_expert_equals_the_target_and_copies_are_accepted(q
 def test_copy_settings_per_call_override_the_generator(qwen_target):
     tokenizer = make_tokenizer()
     drafter = make_dflash(8, VOCAB - 1, seed=5)
-    generator = DeLSGenerator(qwen_target, drafter, None, tokenizer)
+    generator = DeLSGenerator(qwen_target, drafter, None, tokenizer, policy="fixed", draft_mode="sampled")
     input_ids = repeating_prompts(qwen_target, count=1)[0]
     off = generator.generate(input_ids, max_new_tokens=32, return_dict_in_generate=True)
     on = generator.generate(input_ids, max_new_tokens=32, copy_ngram=3, copy_gamma=50.0, return_dict_in_generate=True)
@@ -122,15 +122,15 @@ def test_copy_settings_per_call_override_the_generator(qwen_target):
     with pytest.raises(FusionScheduleError, match="copy gamma has 2 values but max_ngram is 3"):
         generator.generate(input_ids, max_new_tokens=4, copy_ngram=3, copy_gamma=[1.0, 2.0])
     with pytest.raises(FusionScheduleError, match="copy max_ngram must be an int >= 0"):
-        DeLSGenerator(qwen_target, drafter, None, tokenizer, copy_ngram=-2)
+        DeLSGenerator(qwen_target, drafter, None, tokenizer, copy_ngram=-2, policy="fixed", draft_mode="sampled")
 
 
 def test_compiled_draft_step_with_the_copy_expert_equals_eager(small):
     drafter = make_dflash(4, SMALL_VOCAB - 1, vocab=SMALL_VOCAB, seed=5)
     generator = DeLSGenerator(small["qwen3"], drafter, small["head"], small["tokenizer"], copy_ngram=2,
-                              copy_gamma=4.0)
+                              copy_gamma=4.0, policy="fixed", draft_mode="sampled")
     compiled = DeLSGenerator(small["qwen3"], drafter, small["head"], small["tokenizer"], copy_ngram=2,
-                             copy_gamma=4.0)
+                             copy_gamma=4.0, policy="fixed", draft_mode="sampled")
     compiled.compile = True
     for input_ids in small_prompts(count=2):
         eager = generator.generate(input_ids, max_new_tokens=20, fast=True, return_dict_in_generate=True)
@@ -145,7 +145,7 @@ def test_compiled_draft_step_with_the_copy_expert_equals_eager(small):
 def small_copying_generator(small, with_head=True):
     drafter = make_dflash(4, SMALL_VOCAB - 1, vocab=SMALL_VOCAB)
     return DeLSGenerator(small["qwen3"], drafter, small["head"] if with_head else None, small["tokenizer"],
-                         copy_ngram=2, copy_gamma=3.0)
+                         copy_ngram=2, copy_gamma=3.0, policy="fixed", draft_mode="sampled")
 
 
 def test_sampling_with_the_copy_expert_matches_the_target_distribution(small):

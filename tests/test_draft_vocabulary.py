@@ -64,7 +64,7 @@ def test_greedy_output_with_a_pruned_draft_vocabulary_is_the_targets(qwen_target
     accepted = {}
     for name, vocab, copy_ngram in (("produced", produced, 3), ("others", others, 0), ("others + copy", others, 3)):
         generator = DeLSGenerator(qwen_target, drafter, None, tokenizer, copy_ngram=copy_ngram, copy_gamma=50.0,
-                                  draft_vocab=vocab)
+                                  draft_vocab=vocab, policy="fixed", draft_mode="sampled")
         accepted[name] = 0
         for ids, expected in zip(prompts, answers):
             for fast in (True, False):
@@ -102,7 +102,7 @@ def test_a_copied_token_outside_the_draft_vocabulary_is_scored_by_its_full_row()
 
 def test_draft_vocab_n_keeps_the_heads_most_frequent_tokens(small):
     drafter = make_dflash(4, SMALL_VOCAB - 1, vocab=SMALL_VOCAB)
-    generator = DeLSGenerator(small["qwen3"], drafter, small["head"], small["tokenizer"], draft_vocab=5)
+    generator = DeLSGenerator(small["qwen3"], drafter, small["head"], small["tokenizer"], draft_vocab=5, policy="fixed", draft_mode="sampled")
     assert generator.draft_lm_head.token_ids.tolist() == most_frequent(small["head"].unigram_counts, 5).tolist()
     for input_ids in small_prompts(count=2):
         expected = small["qwen3"].generate(input_ids, max_new_tokens=12, do_sample=False)
@@ -113,8 +113,8 @@ def test_draft_vocab_n_keeps_the_heads_most_frequent_tokens(small):
 def test_compiled_draft_step_with_a_pruned_vocabulary_equals_eager(small, copy_ngram):
     drafter = make_dflash(4, SMALL_VOCAB - 1, vocab=SMALL_VOCAB, seed=5)
     options = {"draft_vocab": 6, "copy_ngram": copy_ngram}
-    eager = DeLSGenerator(small["qwen3"], drafter, small["head"], small["tokenizer"], **options)
-    compiled = DeLSGenerator(small["qwen3"], drafter, small["head"], small["tokenizer"], **options)
+    eager = DeLSGenerator(small["qwen3"], drafter, small["head"], small["tokenizer"], **options, policy="fixed", draft_mode="sampled")
+    compiled = DeLSGenerator(small["qwen3"], drafter, small["head"], small["tokenizer"], **options, policy="fixed", draft_mode="sampled")
     compiled.compile = True
     for input_ids in small_prompts(count=2):
         input_ids = torch.cat([input_ids] * 2, dim=1)  # repeats, so the copy expert votes
@@ -125,7 +125,7 @@ def test_compiled_draft_step_with_a_pruned_vocabulary_equals_eager(small, copy_n
 
 def pruned_generator(small):
     drafter = make_dflash(4, SMALL_VOCAB - 1, vocab=SMALL_VOCAB)
-    return DeLSGenerator(small["qwen3"], drafter, small["head"], small["tokenizer"], draft_vocab=4)
+    return DeLSGenerator(small["qwen3"], drafter, small["head"], small["tokenizer"], draft_vocab=4, policy="fixed", draft_mode="sampled")
 
 
 def test_sampling_with_a_pruned_vocabulary_matches_the_target_distribution(small):
@@ -158,9 +158,9 @@ def test_bad_draft_vocabularies_are_refused_when_the_generator_is_built(small):
     ]
     for options, message in cases:
         with pytest.raises(DraftVocabularyError, match=message):
-            DeLSGenerator(*parts, None, small["tokenizer"], **options)
+            DeLSGenerator(*parts, None, small["tokenizer"], **options, policy="fixed", draft_mode="sampled")
     with pytest.raises(DraftVocabularyError, match=r"draft_vocab must be in 1\.\.10"):
-        DeLSGenerator(*parts, small["head"], small["tokenizer"], draft_vocab=11)
+        DeLSGenerator(*parts, small["head"], small["tokenizer"], draft_vocab=11, policy="fixed", draft_mode="sampled")
 
 
 def test_draft_vocab_without_a_head_fails_before_anything_loads(tmp_path):

@@ -9,7 +9,9 @@ from dels_hub.copy_expert import CopySettings
 from dels_hub.errors import GenerationArgumentError
 from dels_hub.fusion import fusion_weights
 from dels_hub.generation.caches import StaticDraftCache, StaticSlotCache, causal_mask
+from dels_hub.generation.cost_model import CostModel
 from dels_hub.generation.decode import speculative_decode, static_cache_supported
+from dels_hub.generation.policy import CostAware
 from dels_hub.generation.settings import DecodeSettings
 from dels_hub.sampling import Warping
 
@@ -18,7 +20,7 @@ from conftest import SMALL_VOCAB, make_dflash, make_head, make_target, make_toke
 
 def generator_for(small, kind="qwen3", block_size=8, with_head=True):
     drafter = make_dflash(block_size=block_size, mask_token_id=SMALL_VOCAB - 1, vocab=SMALL_VOCAB, seed=5)
-    return DeLSGenerator(small[kind], drafter, small["head"] if with_head else None, small["tokenizer"])
+    return DeLSGenerator(small[kind], drafter, small["head"] if with_head else None, small["tokenizer"], policy="fixed")
 
 
 @pytest.mark.parametrize("kind", ["qwen3", "llama"])
@@ -79,7 +81,7 @@ def test_block_size_one_and_eager_attention(small):
     target = make_target("qwen3", vocab=SMALL_VOCAB)
     target.config._attn_implementation = "eager"  # the float additive mask instead of sdpa's boolean one
     generator = DeLSGenerator(target, make_dflash(8, SMALL_VOCAB - 1, vocab=SMALL_VOCAB, seed=5), small["head"],
-                              small["tokenizer"])
+                              small["tokenizer"], policy="fixed")
     for input_ids in small_prompts(count=3):
         expected = target.generate(input_ids, max_new_tokens=30, do_sample=False)
         assert torch.equal(generator.generate(input_ids, max_new_tokens=30, fast=True), expected)
@@ -102,7 +104,7 @@ def test_unsupported_target_falls_back_or_refuses(small):
     target = make_target("qwen3", vocab=SMALL_VOCAB)
     target.config.layer_types = ["sliding_attention"] + ["full_attention"] * 5
     assert "sliding_attention" in static_cache_supported(target)
-    generator = DeLSGenerator(target, make_dflash(8, SMALL_VOCAB - 1, vocab=SMALL_VOCAB), None)
+    generator = DeLSGenerator(target, make_dflash(8, SMALL_VOCAB - 1, vocab=SMALL_VOCAB), None, policy="fixed")
     with pytest.raises(GenerationArgumentError, match="fast=True but the static-cache loop cannot run"):
         generator.generate(small_prompts(count=1)[0], max_new_tokens=4, fast=True)
     target.config._attn_implementation = "flex_attention"
@@ -128,6 +130,7 @@ def count_host_syncs(monkeypatch):
         return counted
 
     monkeypatch.setattr("dels_hub.verify.to_host", to_host)
+    monkeypatch.setattr("dels_hub.generation.decode.to_host", to_host)
     for name in ("item", "tolist", "__bool__", "__int__", "__float__", "numpy", "cpu"):
         monkeypatch.setattr(torch.Tensor, name, other(name))
     return counts
@@ -167,6 +170,24 @@ def test_one_host_transfer_per_block(small, monkeypatch, warping, copy, static_c
     assert counts == {"to_host": 1 + len(streamed.acceptance_lengths), "other": 2 + len(streamed.acceptance_lengths)}
     monkeypatch.undo()
     assert torch.equal(result.sequences, streamed.sequences)
+
+
+@pytest.mark.parametrize("copy", [False, True], ids=["", "copy"])
+def test_the_cost_aware_policy_adds_one_transfer_per_drafted_block(small, monkeypatch, copy):
+    """Its copy signal travels with the block's counts; the drafts' confidences are the one more transfer, and only
+    in blocks that draft (the prefill reads the first anchor's copy match once)."""
+    generator = generator_for(small, block_size=8)
+    input_ids = small_prompts(count=1)[0]
+    settings = DecodeSettings(30, 8, Warping(), torch.tensor([SMALL_VOCAB - 2]), None, None,
+                              CopySettings(2, 4.0).weights() if copy else None)
+    # Drafting loses here unless nearly every draft lands: plain steps between probes, so both kinds of block occur.
+    policy = CostAware(CostModel(key={}, verify_ms=[10.0] * 8, draft_ms=12.0, refine=False))
+    counts = count_host_syncs(monkeypatch)
+    result = speculative_decode(small["qwen3"], generator.drafter, input_ids, settings, policy=policy)
+    summary = result.policy
+    assert summary["plain_blocks"] > 0 and summary["drafted_blocks"] > 0
+    prefill = 2 if copy else 1
+    assert counts == {"to_host": prefill + len(result.acceptance_lengths) + summary["drafted_blocks"], "other": 0}
 
 
 def test_static_caches_roll_back_by_pointer():
@@ -214,7 +235,7 @@ def test_cuda_loop_has_no_stray_sync_and_replays_graphs(monkeypatch, compile, co
     target = make_target("qwen3", vocab=SMALL_VOCAB).cuda()
     drafter = make_dflash(8, SMALL_VOCAB - 1, vocab=SMALL_VOCAB, seed=5).cuda()
     head = make_head(tokenizer, vocab=SMALL_VOCAB - 2).cuda()
-    generator = DeLSGenerator(target, drafter, head, tokenizer, copy_ngram=3 if copy else 0)
+    generator = DeLSGenerator(target, drafter, head, tokenizer, copy_ngram=3 if copy else 0, policy="fixed")
     generator.compile = compile
     input_ids = small_prompts(count=1)[0].cuda()
     transfers, recordings = [], []
@@ -304,9 +325,14 @@ def test_compiled_steps_match_and_are_not_recompiled(small):
     # and temperature and top_p are data, not guards: other values reuse it. On CPU one [k, V] race consumes the
     # generator exactly like the eager loop's k [V] races, so a seed gives the eager loop's tokens.
     for temperature, top_p in ((0.9, 0.9), (0.6, 0.8)):
-        settings = dict(do_sample=True, temperature=temperature, top_p=top_p, seed=2)
+        settings = dict(do_sample=True, temperature=temperature, top_p=top_p, seed=2, draft_mode="sampled")
         compiled = generator.generate(input_ids, max_new_tokens=30, fast=True, **settings)
         assert torch.equal(compiled, generator.generate(input_ids, max_new_tokens=30, fast=False, **settings))
+    assert compile_counters() == {"graphs": before["graphs"] + 3, "breaks": before["breaks"]}
+    # Top-token drafts at T > 0 draft greedily: the greedy draft graph serves them, no new one.
+    settings = dict(do_sample=True, temperature=0.7, top_p=0.9, seed=3, draft_mode="top")
+    compiled = generator.generate(input_ids, max_new_tokens=30, fast=True, **settings)
+    assert torch.equal(compiled, generator.generate(input_ids, max_new_tokens=30, fast=False, **settings))
     assert compile_counters() == {"graphs": before["graphs"] + 3, "breaks": before["breaks"]}
 
 
@@ -335,10 +361,11 @@ def test_draft_step_hides_padding_rows_in_trash_slots(small):
     # context is block 1's verify: 4 rows at positions 6..9, of which the first 2 are real.
     cache = StaticSlotCache(positions_len + 4, drafter.config.num_hidden_layers, "cpu", drafter.dtype)
     with torch.inference_mode():
-        draft_step(drafting, features[:, :prompt], positions[:, :prompt], torch.tensor(prompt), blocks[0],
-                   positions[:, 6:10], cache, races, None, None)
-        drafts, q = draft_step(drafting, features[:, prompt:], positions[:, 6:10], torch.tensor(2), blocks[1],
-                               positions[:, 8:12], cache, races, None, None)
+        draft_step(drafting, features[:, :prompt], positions[:, :prompt], torch.ones(1, prompt, dtype=torch.bool),
+                   blocks[0], positions[:, 6:10], cache, races, None, None)
+        drafts, q, _ = draft_step(drafting, features[:, prompt:], positions[:, 6:10],
+                                  torch.tensor([[True, True, False, False]]), blocks[1], positions[:, 8:12], cache,
+                                  races, None, None)
     slots = cache.write_positions[0].tolist()
     assert slots[:2] == [6, 7] and slots[4:] == [8, 9, 10, 11]
     assert len(set(slots)) == len(slots) and min(slots[2:4]) >= positions_len
@@ -382,7 +409,7 @@ def test_compiled_sampling_matches_the_target_distribution(small):
     target = small["qwen3"]
     # pure_prefix_len 0 fuses from draft position 1 on: every draft goes through the head.
     generator = DeLSGenerator(target, make_dflash(4, SMALL_VOCAB - 1, vocab=SMALL_VOCAB), small["head"],
-                              small["tokenizer"], pure_prefix_len=0)
+                              small["tokenizer"], pure_prefix_len=0, policy="fixed")
     generator.compile = True
     input_ids, new_tokens, samples = small_prompts(count=1)[0], 3, 2500
     settings = dict(temperature=0.7, top_k=4, top_p=0.9)

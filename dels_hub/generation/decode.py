@@ -21,8 +21,11 @@ Rows of a batch are ragged: each has its own positions (a left-padded prompt is 
 token sits at position 0), accepts its own number of tokens per block and stops on its own. A finished row leaves
 the batch (its caches are compacted once), so it costs no more compute.
 
-Each block makes one device-to-host transfer, in ``verify.commit_count``: every row's committed count and stop,
-packed together.
+Each block makes one device-to-host transfer after its verify: every row's committed count and stop, packed together
+(the tokens are committed on the device, so the cost-aware policy's copy signal can travel with them). Under the
+cost-aware policy (``policy.py``) a block that drafts makes one more, of the drafts' confidences ``[B, k]``: the width
+of the verify depends on them. A block the policy does not draft is a plain step: a verify of the anchor alone, and
+the drafter reads the context it missed the next time it drafts.
 """
 
 import time
@@ -31,13 +34,15 @@ from dataclasses import dataclass
 import torch
 
 from ..compat import cache_kwarg_name, synchronize
+from ..copy_expert import longest_matches
 from ..errors import UnsupportedInputError
-from ..sampling import choose
-from ..verify import commit_count, is_stop, verify_block
+from ..sampling import Warping, choose
+from ..verify import committed, is_stop, to_host, verify_block
 from .caches import DynamicTargetCache, StaticDraftCache, StaticSlotCache
 from .drafting import context_features, propose
 from .graph_steps import Drafting, compiled, draft_step, graph_warping, static, verify_step
 from .output import DecodeResult
+from .policy import FixedBlocks, PolicyStats
 from .settings import DecodeSettings
 
 FAST_ATTENTION = ("sdpa", "eager")  # the implementations that take our 4D mask as-is
@@ -71,9 +76,10 @@ class PaddedDraft:
     """The padded draft step's inputs that change from block to block, as device tensors of fixed shape."""
 
     cache: StaticSlotCache
-    n_context: torch.Tensor  # [B]: how many of each row's context rows are real (the rest are padding)
+    context_real: torch.Tensor  # [B, C] bool: which context rows are real (the rest are padding)
     anchor_at: torch.Tensor  # [B]: each row's anchor position, for the copy expert
-    context_positions: torch.Tensor  # [B, C]: positions of the context rows (the last verify's, or the prompt's)
+    context_positions: torch.Tensor  # [B, C]: positions of the context rows (the last verify's, or the prompt's,
+    # then one per plain step taken since the drafter last ran)
     races: torch.Tensor | None  # [B, k, V] Exp(1) draws, refilled in place each block (None when greedy)
 
 
@@ -84,7 +90,8 @@ class DecodeState:
     Row b of every batched tensor is the b-th sequence still generating; ``keep_rows`` drops finished ones.
     """
 
-    output: torch.Tensor  # [B, cache_len]: each row's prompt from position 0, then its committed tokens
+    output: torch.Tensor  # [B, cache_len + 1]: each row's prompt from position 0, then its committed tokens; the last
+    # column is where the device-side commit writes verified tokens that were not committed
     positions: torch.Tensor  # [1, cache_len + block_size]: an arange (the eager drafter's positions are views)
     start_at: torch.Tensor  # [B]: each row's anchor position
     budget: torch.Tensor  # [B]: new tokens each row may still add
@@ -94,6 +101,7 @@ class DecodeState:
     draft_cache: StaticDraftCache | None  # eager drafting of a single row
     padded: PaddedDraft | None  # padded drafting (batches, compiled)
     q_buffer: torch.Tensor | None  # [B, k, V] draft distributions, written in place (eager, head, sampling)
+    confidence: torch.Tensor | None  # [B, k] each draft's probability (eager; the cost-aware policy reads it)
 
     @property
     def drafts(self) -> torch.Tensor:
@@ -103,7 +111,7 @@ class DecodeState:
     @classmethod
     def allocate(cls, target, drafter, input_ids, lengths: torch.Tensor, settings: DecodeSettings, *,
                  static_cache: bool, padded_draft: bool, sequential: bool, compile: bool, workspace: dict,
-                 trash: int) -> "DecodeState":
+                 trash: int, sampled_drafts: bool) -> "DecodeState":
         """``lengths [B]``: each row's real prompt length. ``sequential``: drafts are chosen one position at a time
         (a head or the copy expert votes). ``trash``: slots past every position for padding rows (0 when the
         prompt has no padding)."""
@@ -121,7 +129,7 @@ class DecodeState:
                                                           target.dtype))
         else:
             target_cache = DynamicTargetCache()
-        output = torch.full((rows, cache_len), drafter.config.mask_token_id, dtype=torch.long, device=device)
+        output = torch.full((rows, cache_len + 1), drafter.config.mask_token_id, dtype=torch.long, device=device)
         columns = torch.arange(width, device=device)
         # A left-padded row's real tokens move to positions 0..length - 1.
         output[:, :width] = torch.where(columns < lengths.unsqueeze(1), realigned(input_ids, lengths),
@@ -132,38 +140,42 @@ class DecodeState:
         if padded_draft:
             layers = drafter.config.num_hidden_layers
             races = None
-            if not settings.warping.greedy:  # a static input: refilled in place each block, never copied in
+            if sampled_drafts:  # a static input: refilled in place each block, never copied in
                 races = reused(workspace, "races", (rows, k, vocab, device),
                                lambda: static(torch.empty((rows, k, vocab), dtype=torch.float32, device=device)))
             spare = max(block_size, trash)  # trash slots for the padding rows of a context
             padded = PaddedDraft(
                 cache=reused(workspace, "draft_cache", (cache_len, spare, rows, device, drafter.dtype),
                              lambda: StaticSlotCache(cache_len + spare, layers, device, drafter.dtype)),
-                n_context=lengths.clone(),
+                context_real=columns < lengths.unsqueeze(1),
                 anchor_at=lengths.clone(),
                 context_positions=columns.expand(rows, width),
                 races=races,
             )
         else:
             draft_cache = StaticDraftCache(cache_len, drafter.config.num_hidden_layers)
-            if sequential and not settings.warping.greedy and k > 0:
+            if sequential and sampled_drafts and k > 0:
                 q_buffer = torch.empty((rows, k, vocab), dtype=torch.float32, device=device)
+        confidence = torch.empty((rows, k), dtype=torch.float32, device=device) if k > 0 else None
         positions = torch.arange(cache_len + block_size, device=device).unsqueeze(0)
         budget = torch.full((rows,), settings.max_new_tokens - 1, dtype=torch.long, device=device)
         return cls(output=output, positions=positions, start_at=lengths.clone(), budget=budget,
                    verify_ids=verify_ids, block_index=torch.arange(block_size, device=device),
-                   target_cache=target_cache, draft_cache=draft_cache, padded=padded, q_buffer=q_buffer)
+                   target_cache=target_cache, draft_cache=draft_cache, padded=padded, q_buffer=q_buffer,
+                   confidence=confidence)
 
     def keep_rows(self, rows: torch.Tensor) -> None:
         """Keep only batch ``rows``: the sequences still generating (a batch drafts padded, and is never compiled)."""
         self.output, self.start_at, self.budget = (self.output[rows], self.start_at[rows], self.budget[rows])
         self.verify_ids = self.verify_ids[rows]
+        if self.confidence is not None:
+            self.confidence = self.confidence[rows]
         self.target_cache.keep_rows(rows)
         padded = self.padded
         if padded is None:  # block size 1: nothing is drafted
             return
         padded.cache.keep_rows(rows)
-        padded.n_context, padded.anchor_at = padded.n_context[rows], padded.anchor_at[rows]
+        padded.context_real, padded.anchor_at = padded.context_real[rows], padded.anchor_at[rows]
         padded.context_positions = padded.context_positions[rows]
         if padded.races is not None:
             padded.races = padded.races[rows]
@@ -184,6 +196,7 @@ def speculative_decode(
     compile: bool = False,
     workspace: dict | None = None,
     lm_head: torch.nn.Module | None = None,
+    policy=None,
 ) -> DecodeResult:
     """Generate up to ``settings.max_new_tokens`` after each row of ``input_ids [B, N]``; ``block_size=1`` is plain
     decoding.
@@ -193,14 +206,16 @@ def speculative_decode(
     ``static_cache=False`` keeps the target's own ``DynamicCache`` (for targets ``static_cache_supported`` refuses;
     batch size 1). ``compile=True`` (static cache, batch size 1) runs the verify forward and, when the drafter's
     attention takes a 4D mask, the draft step through ``torch.compile``; the first call compiles for each
-    cache-length bucket. ``workspace``, a dict the caller keeps between compiled calls, lets the caches be reused,
-    so that CUDA graphs recorded against their addresses are replayed. ``lm_head`` scores the drafts (default: the
-    target's; a ``DraftVocabulary`` prunes them). Greedy output is the same in every mode; sampling is distributed
-    the same.
+    cache-length bucket and verify width. ``workspace``, a dict the caller keeps between compiled calls, lets the
+    caches be reused, so that CUDA graphs recorded against their addresses are replayed. ``lm_head`` scores the drafts
+    (default: the target's; a ``DraftVocabulary`` prunes them). ``policy`` decides per block whether to draft and how
+    many drafts to verify (``policy.py``; default ``FixedBlocks``: every block, every draft). Greedy output is the same
+    in every mode; sampling is distributed the same.
     """
     device, (batch, width) = input_ids.device, input_ids.shape
     warping, stop_ids, max_new_tokens = settings.warping, settings.stop_ids, settings.max_new_tokens
     k = settings.block_size - 1
+    policy = FixedBlocks() if policy is None else policy
     lengths = [width] * batch if prompt_lengths is None else list(prompt_lengths)
     padding = lengths != [width] * batch
     if batch > 1 and (compile or not static_cache):
@@ -214,16 +229,23 @@ def speculative_decode(
     attention_ok = drafter.config._attn_implementation in FAST_ATTENTION
     padded_draft = k > 0 and ((compile and attention_ok) or batch > 1)
     graph_draft = padded_draft and compile
-    drafting = Drafting(drafter, embed, lm_head, graph_warping(warping, device) if graph_draft else warping, head,
+    # Top-token drafts at T > 0 are the fused argmax, verified against the target's own samples.
+    match = not warping.greedy and settings.draft_mode == "top"
+    draft_warping = Warping() if match else warping
+    drafting = Drafting(drafter, embed, lm_head,
+                        graph_warping(draft_warping, device) if graph_draft else draft_warping, head,
                         head.log_prior().to(device) if head is not None else None, settings.alpha, settings.beta,
                         settings.copy_weights)
+    # The cost-aware policy reads each row's copy match at its anchor, with the copy expert on.
+    copy_signal = policy.needs_confidence and settings.copy_weights is not None and k > 0
 
     # 0. Allocate once.
     length_at = torch.tensor(lengths, device=device) if padding else torch.full((batch,), width, device=device)
     state = DecodeState.allocate(target, drafter, input_ids, length_at, settings, static_cache=static_cache,
                                  padded_draft=padded_draft,
                                  sequential=head is not None or settings.copy_weights is not None, compile=compile,
-                                 workspace={} if workspace is None else workspace, trash=width if padding else 0)
+                                 workspace={} if workspace is None else workspace, trash=width if padding else 0,
+                                 sampled_drafts=not draft_warping.greedy)
     verify = compiled(verify_step, device) if compile else verify_step
     draft_graph = compiled(draft_step, device) if graph_draft else None
 
@@ -248,8 +270,10 @@ def speculative_decode(
         for buffer in state.target_cache.keys + state.target_cache.values:
             static(buffer)
     stopped = is_stop(first, stop_ids)  # the one host transfer of the prefill
+    match_lengths = to_host(longest_matches(state.output, state.start_at, settings.copy_weights)) if copy_signal \
+        else None
     synchronize(device)
-    prefilled = time.perf_counter()
+    prefilled = last_sync = time.perf_counter()
     if streamer is not None:
         streamer.put(input_ids.cpu())
         streamer.put(first.cpu())
@@ -259,6 +283,7 @@ def speculative_decode(
     acceptance_lengths: list[list[int]] = [[] for _ in range(batch)]
     finished: dict[int, torch.Tensor] = {}  # original row -> its tokens (prompt and new), row-local
     done = [stop or max_new_tokens == 1 for stop in stopped]
+    stats = PolicyStats()
     first_block = True
     while True:
         if any(done):  # finished rows leave the batch
@@ -271,47 +296,74 @@ def speculative_decode(
             state.keep_rows(torch.tensor(keep, device=device))
             features = features[keep]
             rows, starts, done = [rows[i] for i in keep], [starts[i] for i in keep], [False] * len(keep)
+            match_lengths = None if match_lengths is None else [match_lengths[i] for i in keep]
         block_positions = state.start_at.unsqueeze(1) + state.block_index  # [B, bs]
-        block = state.output.gather(1, block_positions)
+        block = state.output.gather(1, block_positions)  # [anchor, MASK...]: nothing is written past an anchor
         state.verify_ids[:, 0] = block[:, 0]
-        q = None
+        q, confidence = None, None
         if compile and device.type == "cuda":
             torch.compiler.cudagraph_mark_step_begin()  # the previous block's graph outputs are no longer read
-        # 2. Draft: one DFlash forward over the new context and the block, then the head over the block.
-        if state.padded is not None:
-            q = draft_padded(state, drafting, features, block, block_positions,
-                             draft_step if first_block or draft_graph is None else draft_graph, generator,
-                             first=first_block)
-        elif k > 0:
-            q = draft_eagerly(state, drafting, features, block, starts[0], generator)
-        first_block = False
+        # 2. Draft, or not: one DFlash forward over the new context and the block, then the head over the block.
+        drafted = k > 0 and policy.draft_now(match_lengths)
+        if drafted and state.padded is not None:
+            # The graph has one context shape (the last verify's block_size rows); the first block's prompt and a
+            # context grown by plain steps run eagerly.
+            step = draft_step if first_block or draft_graph is None or features.shape[1] != k + 1 else draft_graph
+            q, confidence = draft_padded(state, drafting, features, block, block_positions, step, generator,
+                                         first=first_block)
+            first_block = False
+        elif drafted:
+            q, confidence = draft_eagerly(state, drafting, features, block, starts[0], generator)
+        if drafted:
+            plan = policy.plan(to_host(confidence) if policy.needs_confidence else None, k + 1, len(rows))
+        else:
+            plan = policy.plain(len(rows))
+        width_now = plan.width
 
-        # 3. Verify: one target forward over [anchor, drafts] at each row's positions.
-        logits, hidden_states = verify(target, state.verify_ids, block_positions, state.target_cache, cache_arg)
-        tokens, n_accepted = verify_block(warping, state.drafts, q, logits, generator)
+        # 3. Verify: one target forward over [anchor, the drafts to verify] at each row's positions.
+        logits, hidden_states = verify(target, state.verify_ids[:, :width_now], block_positions[:, :width_now],
+                                       state.target_cache, cache_arg)
+        tokens, n_accepted = verify_block(warping, state.drafts[:, : width_now - 1], q, logits, generator,
+                                          match=match)
 
-        # 4. Commit: the one host transfer per block carries every row's count and stop.
-        n_commit, counts, stopped = commit_count(tokens, n_accepted, stop_ids, state.block_index, state.budget)
-        for i, n in enumerate(counts):
-            state.output[i, starts[i] + 1 : starts[i] + 1 + n] = tokens[i, :n]
-            acceptance_lengths[rows[i]].append(n)
+        # 4. Commit on the device, then the one host transfer per block: every row's count and stop (and, for the
+        # policy, its copy match at the new anchor).
+        index = state.block_index[:width_now]
+        n_commit, stop_now = committed(tokens, n_accepted, stop_ids, index, state.budget)
+        written = torch.where(index < n_commit.unsqueeze(1), state.start_at.unsqueeze(1) + 1 + index,
+                              state.output.shape[1] - 1)
+        state.output.scatter_(1, written, tokens)
+        state.start_at += n_commit
+        state.budget -= n_commit
+        transfer = [n_commit, stop_now.long()]
+        if copy_signal:
+            transfer.append(longest_matches(state.output, state.start_at, settings.copy_weights))
+        counts, stops, *signal = to_host(torch.stack(transfer))
+        now = time.perf_counter()
         if streamer is not None:
             streamer.put(tokens[0, : counts[0]].cpu())
 
         # 5. Only the anchor and the accepted drafts become context; the new anchor (bonus) is not in the cache.
-        # The padded draft keeps all block_size rows (fixed shape) and is told how many are real.
-        features = context_features(hidden_states, layer_ids)
-        state.start_at += n_commit
-        state.budget -= n_commit
+        # A plain step leaves the drafter's context pending: it catches up the next time it drafts.
+        new_features = context_features(hidden_states, layer_ids)
         if state.padded is not None:
-            state.padded.n_context.copy_(n_commit)
+            features = padded_context(state.padded, features, new_features, block_positions, n_commit, drafted,
+                                      k + 1)
             state.padded.anchor_at.copy_(state.start_at)
-            state.padded.context_positions = block_positions
+        elif drafted:
+            features = new_features[:, : counts[0]]
         else:
-            features = features[:, : counts[0]]
+            features = torch.cat([features, new_features[:, :1]], dim=1)
         starts = [start + n for start, n in zip(starts, counts)]
+        stopped = [bool(stop) for stop in stops]
         done = [stop or start + 1 - length >= max_new_tokens
                 for stop, start, length in zip(stopped, starts, (lengths[row] for row in rows))]
+        for i, n in enumerate(counts):
+            acceptance_lengths[rows[i]].append(n)
+        policy.observe(plan, counts, [not end for end in done], (now - last_sync) * 1e3, match_lengths)
+        stats.record(plan, counts, (now - last_sync) * 1e3)
+        match_lengths = signal[0] if copy_signal else None
+        last_sync = now
         state.target_cache.keep(starts[0])
 
     synchronize(device)
@@ -324,7 +376,26 @@ def speculative_decode(
         row_acceptance_lengths=acceptance_lengths,
         time_to_first_token=prefilled - started,
         decode_seconds=finished_at - prefilled,
+        policy=stats.summary(policy.name),
     )
+
+
+def padded_context(padded: PaddedDraft, features, new_features, block_positions, n_commit, drafted: bool,
+                   block_size: int) -> torch.Tensor:
+    """The padded drafter's next context after a verify of ``new_features [B, w, F]``: after a draft, that verify's
+    rows, padded to ``block_size`` (one graph shape) with the rejected ones marked padding; after a plain step, the
+    pending context grows by the step's one row."""
+    rows, width = new_features.shape[:2]
+    if drafted:
+        if width < block_size:
+            new_features = torch.cat([new_features, new_features.new_zeros((rows, block_size - width,
+                                                                            new_features.shape[-1]))], dim=1)
+        padded.context_positions = block_positions
+        padded.context_real = torch.arange(block_size, device=n_commit.device) < n_commit.unsqueeze(1)
+        return new_features
+    padded.context_positions = torch.cat([padded.context_positions, block_positions[:, :1]], dim=1)
+    padded.context_real = torch.cat([padded.context_real, padded.context_real.new_ones((rows, 1))], dim=1)
+    return torch.cat([features, new_features[:, :1]], dim=1)
 
 
 def realigned(values: torch.Tensor, lengths: torch.Tensor) -> torch.Tensor:
@@ -348,8 +419,9 @@ def assemble(input_ids: torch.Tensor, lengths: list[int], tokens: list[torch.Ten
 
 
 def draft_eagerly(state: DecodeState, drafting: Drafting, features, block, start: int, generator):
-    """Draft a single row's block into ``state.drafts`` with the drafter over its ``StaticDraftCache``; returns q
-    (None when greedy)."""
+    """Draft a single row's block into ``state.drafts`` with the drafter over its ``StaticDraftCache``; returns
+    ``(q or None when the drafts are not sampled, confidence [B, k])``. ``features`` is every context row the drafter
+    has not read: the last drafted block's accepted rows and one row per plain step since."""
     cache, positions = state.draft_cache, state.positions
     hidden = drafting.drafter(target_hidden=features, noise_embedding=drafting.embed(block),
                               position_ids=positions[:, cache.length : start + block.shape[1]], past_key_values=cache,
@@ -358,22 +430,22 @@ def draft_eagerly(state: DecodeState, drafting: Drafting, features, block, start
     slot_hidden = hidden[:, 1:]
     _, q = propose(drafting.lm_head(slot_hidden), block[:, 0], drafting.warping, generator, drafting.head,
                    drafting.log_prior, drafting.alpha, drafting.beta, drafts=state.drafts, q=state.q_buffer,
-                   copy=drafting.copy_chain(state.output, start, slot_hidden))
-    return q
+                   copy=drafting.copy_chain(state.output, start, slot_hidden), confidence=state.confidence)
+    return q, state.confidence
 
 
 def draft_padded(state: DecodeState, drafting: Drafting, features, block, block_positions, step, generator,
                  first: bool):
     """Draft every row's block into ``state.drafts`` through ``step`` (``draft_step``, or its compiled graph);
-    returns q (None when greedy). The ``first`` block's context is the whole prompt (any length): that call runs
-    eagerly, and allocates the cache buffers that a graph then writes into in place."""
+    returns ``(q or None, confidence [B, k])``. The ``first`` block's context is the whole prompt (any length): that
+    call runs eagerly, and allocates the cache buffers that a graph then writes into in place."""
     padded = state.padded
     if padded.races is not None:
         padded.races.exponential_(generator=generator)
-    proposed, q = step(drafting, features, padded.context_positions, padded.n_context, block, block_positions,
-                       padded.cache, padded.races, state.output, padded.anchor_at)
+    proposed, q, confidence = step(drafting, features, padded.context_positions, padded.context_real, block,
+                                   block_positions, padded.cache, padded.races, state.output, padded.anchor_at)
     state.drafts.copy_(proposed)
     if first:
         for buffer in padded.cache.keys + padded.cache.values:
             static(buffer)
-    return q
+    return q, confidence

@@ -28,6 +28,7 @@ def propose(
     races: torch.Tensor | None = None,
     copy: CopyChain | None = None,
     fused: torch.Tensor | None = None,
+    confidence: torch.Tensor | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor | None]:
     """Draft the k = bs - 1 tokens of a block, for each row of a batch.
 
@@ -44,6 +45,9 @@ def propose(
             drafts; None leaves it out.
         fused: optional ``[B, k, V]`` float32 buffer that receives the fused logits each slot was drafted from
             (vLLM's draft model hands logits, not tokens, to its proposer); the drafts are the same either way.
+        confidence: optional ``[B, k]`` float32 buffer that receives each draft's probability under the distribution
+            it was chosen from (the fused, warped q when sampling; the fused softmax when greedy): what the
+            cost-aware policy reads the draft's acceptance from.
 
     Returns:
         ``(drafts [B, k], q [B, k, V] or None)``: q, the warped draft distributions the drafts were sampled from,
@@ -54,6 +58,8 @@ def propose(
         if fused is not None:
             fused.copy_(dflash_logits)
         ids, probs = choose(dflash_logits, warping, generator, races)
+        if confidence is not None:
+            confidence.copy_(chosen_probability(dflash_logits, ids, probs))
         if drafts is None:
             return ids, probs
         drafts.copy_(ids)
@@ -84,6 +90,8 @@ def propose(
         if fused is not None:
             fused[:, i] = logits
         token, probs = choose(logits, warping, generator, None if races is None else races[:, i])
+        if confidence is not None:
+            confidence[:, i] = chosen_probability(logits, token, probs)
         drafts[:, i] = token
         if q is not None:
             q[:, i] = probs
@@ -93,3 +101,11 @@ def propose(
             if copy is not None:
                 copy.extend(token)
     return drafts, q
+
+
+def chosen_probability(logits: torch.Tensor, ids: torch.Tensor, probs: torch.Tensor | None) -> torch.Tensor:
+    """``[...]`` float32 probability of each chosen id: under ``probs`` (the warped q it was sampled from), or, when
+    greedy (``probs`` None), under the softmax of ``logits [..., V]``, which is then its largest."""
+    if probs is None:
+        return logits.float().softmax(-1).amax(-1)
+    return probs.gather(-1, ids.unsqueeze(-1)).squeeze(-1)

@@ -1,6 +1,7 @@
 """``DeLSGenerator``: pair a target, a DFlash drafter and (optionally) a local head; generate losslessly."""
 
 import copy
+import logging
 import numbers
 import os
 
@@ -15,9 +16,15 @@ from ..fusion import fusion_weights
 from ..loading import load_dflash, load_head, load_target, tokenizer_for
 from ..locations import model_location
 from ..sampling import Warping
+from .cost_model import calibrate, calibration_key, cost_model_for
 from .decode import speculative_decode, static_cache_supported
+from .graph_steps import Drafting, compiled, draft_step, verify_step
 from .output import DeLSGenerateOutput
+from .policy import POLICIES, is_policy, make_policy
 from .settings import DecodeSettings, checked_block_size
+
+DRAFT_MODES = ("top", "sampled")
+logger = logging.getLogger(__name__)
 
 # transformers' own defaults for fields a generation config leaves unset (GenerationConfig
 # ._get_default_generation_params); ours must be the same for the drop-in to sample the same distribution.
@@ -52,10 +59,16 @@ class DeLSGenerator:
     settings, not a head's, and work with or without a head.
     ``draft_vocab`` prunes the draft vocabulary (``draft_vocabulary.py``): an int N keeps the head's N most
     frequent tokens (its unigram counts), a tensor of token ids keeps those; None scores every token.
+    ``policy`` decides per block whether to draft and how many drafts to verify: ``"cost-aware"`` (the default)
+    maximises expected tokens per millisecond from a cost model of this device, calibrated at the first call and
+    cached (``generation/cost_model.py``), and may decode plainly; ``"fixed"`` drafts every block and verifies every
+    draft. ``draft_mode`` at T > 0: ``"top"`` (default) drafts the fused argmax and keeps it while the target's own
+    samples match, ``"sampled"`` samples drafts and rejection-samples them. Every choice is exact.
     """
 
     def __init__(self, target, drafter, head=None, tokenizer=None, *, alpha=None, beta=None, pure_prefix_len=None,
-                 copy_ngram: int = 0, copy_gamma=DEFAULT_GAMMA, draft_vocab=None):
+                 copy_ngram: int = 0, copy_gamma=DEFAULT_GAMMA, draft_vocab=None, policy: str = "cost-aware",
+                 draft_mode: str = "top"):
         check_compatibility(target, drafter, head, tokenizer)
         for name, part in (("drafter", drafter), ("head", head)):
             if part is not None and part.dtype != target.dtype:  # else a matmul fails mid-generation
@@ -77,11 +90,15 @@ class DeLSGenerator:
         fusion_weights(self.alpha, self.beta, self.pure_prefix_len, self.block_size - 1)
         self.copy = CopySettings(copy_ngram, copy_gamma)
         self.draft_lm_head = self._draft_lm_head(draft_vocab)
+        self.policy = policy if is_policy(policy) else _checked_choice("policy", policy, POLICIES)
+        self.draft_mode = _checked_choice("draft_mode", draft_mode, DRAFT_MODES)
+        self._policies: dict = {}  # one cost-aware policy per calibration key and draft mode: what it learned stays
         # Opt-in: compile the static loop's per-block steps, verify and draft + head (CUDA graphs on CUDA). Off until
         # measured on a GPU. Compiled on CUDA, seeded sampling draws differently from the eager loop (same
         # distribution).
         self.compile = False
         self._workspace: dict = {}  # the static loop's reusable caches (graphs replay against them)
+        self._cost_models: dict = {}
 
     @classmethod
     def from_pretrained(
@@ -99,6 +116,8 @@ class DeLSGenerator:
         copy_ngram: int = 0,
         copy_gamma=DEFAULT_GAMMA,
         draft_vocab=None,
+        policy: str = "cost-aware",
+        draft_mode: str = "top",
         **target_kwargs,
     ) -> "DeLSGenerator":
         """Load or adopt the three parts.
@@ -111,9 +130,12 @@ class DeLSGenerator:
             dtype: dtype of the target (default: the checkpoint's); drafter and head follow the target.
             device: where to put all three (default: where the target is).
             tokenizer: needed with a head when the target is an in-memory model.
-            alpha, beta, pure_prefix_len, copy_ngram, copy_gamma, draft_vocab: decoding settings, as in
-                ``DeLSGenerator``.
+            alpha, beta, pure_prefix_len, copy_ngram, copy_gamma, draft_vocab, policy, draft_mode: decoding
+                settings, as in ``DeLSGenerator``.
         """
+        if not is_policy(policy):
+            _checked_choice("policy", policy, POLICIES)  # before anything loads
+        _checked_choice("draft_mode", draft_mode, DRAFT_MODES)
         if isinstance(target, (str, os.PathLike)):
             target = model_location(target, "target")  # a bad path fails before anything loads
         if head is None and isinstance(draft_vocab, int) and not isinstance(draft_vocab, bool):
@@ -130,7 +152,8 @@ class DeLSGenerator:
         if head is not None:
             head = head.to(**place)
         return cls(target, drafter, head, tokenizer, alpha=alpha, beta=beta, pure_prefix_len=pure_prefix_len,
-                   copy_ngram=copy_ngram, copy_gamma=copy_gamma, draft_vocab=draft_vocab)
+                   copy_ngram=copy_ngram, copy_gamma=copy_gamma, draft_vocab=draft_vocab, policy=policy,
+                   draft_mode=draft_mode)
 
     @property
     def block_size(self) -> int:
@@ -157,6 +180,8 @@ class DeLSGenerator:
         copy_ngram: int | None = None,
         copy_gamma=None,
         fast: bool | None = None,
+        policy: str | None = None,
+        draft_mode: str | None = None,
         **kwargs,
     ):
         """Drop-in for ``target.generate``: returns ``LongTensor [B, prompt + new]``, or a
@@ -171,13 +196,18 @@ class DeLSGenerator:
         then the target's generation config, then transformers' defaults. Greedy output equals the target's
         greedy output; sampled output is distributed as the target's own sampling.
 
-        ``block_size``, ``alpha``, ``beta``, ``copy_ngram``, ``copy_gamma`` override this generator's settings for
-        this call.
+        ``block_size``, ``alpha``, ``beta``, ``copy_ngram``, ``copy_gamma``, ``policy``, ``draft_mode`` override this
+        generator's settings for this call; ``policy`` may also be a policy object (``CostAware`` over a cost model of
+        your own, ``FixedBlocks``). What the policy chose is in ``policy_summary`` of the returned dict.
 
         ``fast``: None keeps the target's KV cache in a static cache when the target allows it
         (``static_cache_supported``), False keeps the target's own DynamicCache, True forces the static cache (and
         fails if it cannot serve the target). The loop is the same, and so are the tokens.
         """
+        policy = self.policy if policy is None else policy
+        if not is_policy(policy):
+            _checked_choice("policy", policy, POLICIES)
+        draft_mode = self.draft_mode if draft_mode is None else _checked_choice("draft_mode", draft_mode, DRAFT_MODES)
         copy = self.copy if copy_ngram is None and copy_gamma is None else CopySettings(
             self.copy.max_ngram if copy_ngram is None else copy_ngram,
             self.copy.gamma if copy_gamma is None else copy_gamma,
@@ -196,7 +226,7 @@ class DeLSGenerator:
             device=self.device,
         )
         settings = DecodeSettings(max_new_tokens, block_size, warping, stop_ids, *weights, copy.weights(self.device),
-                                  pad_id=self._pad_id(config))
+                                  pad_id=self._pad_id(config), draft_mode=draft_mode)
         static_cache = self._use_static_cache(fast)
         self._check_batch(input_ids.shape[0], streamer, static_cache)
         if generator is None and seed is not None:
@@ -204,7 +234,8 @@ class DeLSGenerator:
         result = speculative_decode(self.target, self.drafter, input_ids, settings, prompt_lengths=prompt_lengths,
                                     head=self.head, generator=generator, streamer=streamer,
                                     static_cache=static_cache, compile=self.compile, workspace=self._workspace,
-                                    lm_head=self.draft_lm_head)
+                                    lm_head=self.draft_lm_head,
+                                    policy=self.draft_policy(policy, settings, input_ids.shape[0], static_cache))
         if not (return_dict_in_generate or config.return_dict_in_generate):
             return result.sequences
         return DeLSGenerateOutput(
@@ -214,7 +245,53 @@ class DeLSGenerator:
             time_to_first_token=result.time_to_first_token,
             decode_seconds=result.decode_seconds,
             row_acceptance_lengths=result.row_acceptance_lengths,
+            policy_summary=result.policy,
         )
+
+    def draft_policy(self, name: str, settings: DecodeSettings, batch: int, static_cache: bool):
+        """The policy of a call: a policy object as given, ``"fixed"``, or this generator's cost-aware policy for the
+        call's calibration key and draft mode, over a cost model measured once (``cost_model.calibrate``) and cached
+        on disk under that key."""
+        if is_policy(name):
+            blocks = name.cost.block_size if name.cost is not None else settings.block_size
+            if blocks != settings.block_size:
+                raise GenerationArgumentError(f"the policy's cost model covers blocks of {blocks} tokens but this "
+                                              f"call drafts blocks of {settings.block_size}")
+            return name
+        if name == "fixed" or settings.block_size == 1:
+            return make_policy("fixed", None)
+        vocab = self.draft_lm_head
+        key = calibration_key(self.target, self.drafter, self.head, block_size=settings.block_size, batch=batch,
+                              copy=settings.copy_weights is not None,
+                              draft_vocab=None if vocab is None else int(vocab.token_ids.numel()),
+                              compile=self.compile)
+        mode = "greedy" if settings.warping.greedy else settings.draft_mode
+        slot = (repr(key), mode)
+        if slot not in self._policies:
+            cost = self._cost_models.get(repr(key))
+            if cost is None:
+                cost, cached = cost_model_for(key, lambda: self._calibrate(settings, batch, static_cache, key))
+                logger.info("cost model %s: verify %s ms, draft %.1f ms", "read from cache" if cached else
+                            "calibrated", [round(ms, 1) for ms in cost.verify_ms], cost.draft_ms)
+                self._cost_models[repr(key)] = cost
+            # Compiled runs verify at a few fixed widths, one graph each: powers of two and the whole block.
+            widths = None
+            if self.compile:
+                widths = tuple(sorted({w for w in (1, 2, 4, 8, 16, 32) if w < settings.block_size}
+                                      | {settings.block_size}))
+            self._policies[slot] = make_policy(name, cost, widths)
+        return self._policies[slot]
+
+    def _calibrate(self, settings: DecodeSettings, batch: int, static_cache: bool, key: dict):
+        logger.info("calibrating the cost model for %s (once; cached)", key["device"])
+        head = self.head
+        drafting = Drafting(self.drafter, self.target.get_input_embeddings(),
+                            self.draft_lm_head or self.target.get_output_embeddings(), Warping(), head,
+                            head.log_prior().to(self.device) if head is not None else None, settings.alpha,
+                            settings.beta, settings.copy_weights)
+        verify = compiled(verify_step, self.device) if self.compile and static_cache else verify_step
+        return calibrate(self.target, drafting, block_size=settings.block_size, batch=batch,
+                         static_cache=static_cache, verify=verify, draft=draft_step, key=key)
 
     # -- validation at the boundary -------------------------------------------------------------------
 
@@ -356,3 +433,9 @@ def _check_types(values: dict) -> None:
         value = values.get(name)
         if value is not None and (isinstance(value, bool) != (kind is bool) or not isinstance(value, kind)):
             raise GenerationArgumentError(f"{name} must be {expected}, got {value!r} ({type(value).__name__})")
+
+
+def _checked_choice(name: str, value, choices: tuple) -> str:
+    if value not in choices:
+        raise GenerationArgumentError(f"{name} must be one of {choices}, got {value!r}")
+    return value

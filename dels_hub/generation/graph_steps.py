@@ -63,14 +63,15 @@ def verify_step(model, ids, positions, cache, cache_arg: str, logits_to_keep: in
     return out.logits, out.hidden_states
 
 
-def draft_step(drafting: Drafting, features, context_positions, n_context, block, block_positions, cache, races,
+def draft_step(drafting: Drafting, features, context_positions, context_real, block, block_positions, cache, races,
                tokens, anchor):
     """Draft one block of each row through the drafter's ``StaticSlotCache`` -> ``(drafts [B, k], q [B, k, V] or
-    None)``.
+    None, confidence [B, k])`` (``confidence`` as in ``drafting.propose``).
 
     Args:
         features, context_positions: ``[B, C, F*H]`` target features of the context not yet cached, at
-            positions ``[B, C]``; in row b, rows from ``n_context[b]`` (``[B]``, on the device) on are padding.
+            positions ``[B, C]``; ``context_real [B, C]`` (bool, on the device) is False on padding rows (a rejected
+            draft's, a padded prompt's), which only ever sit among the first ``cache``'s spare slots' count of rows.
         block, block_positions: ``[B, bs]`` the blocks ``[anchor, MASK...]`` and their positions.
         cache: the drafter's ``StaticSlotCache``, whose top slots lie past every position: padding row i goes to
             slot ``slots - 1 - i``.
@@ -80,7 +81,7 @@ def draft_step(drafting: Drafting, features, context_positions, n_context, block
     drafter = drafting.drafter
     rows = torch.arange(features.shape[1], device=features.device)
     # Slot == position for real rows; padding goes to the top slots, which the mask below never shows.
-    context_slots = torch.where(rows < n_context.view(-1, 1), context_positions, cache.max_len - 1 - rows)
+    context_slots = torch.where(context_real, context_positions, cache.max_len - 1 - rows)
     cache.write_positions = torch.cat([context_slots, block_positions], dim=1)
     # The block is bidirectional and sees all context: every slot up to its last position, nothing stale.
     last = block_positions[:, -1:].expand(-1, block_positions.shape[1])
@@ -89,9 +90,11 @@ def draft_step(drafting: Drafting, features, context_positions, n_context, block
                      position_ids=torch.cat([context_positions, block_positions], dim=1), past_key_values=cache,
                      use_cache=True, attention_mask=mask)
     slot_hidden = hidden[:, 1:]
-    return propose(drafting.lm_head(slot_hidden), block[:, 0], drafting.warping, None, drafting.head,
-                   drafting.log_prior, drafting.alpha, drafting.beta, races=races,
-                   copy=drafting.copy_chain(tokens, anchor, slot_hidden))
+    confidence = torch.empty(slot_hidden.shape[:2], dtype=torch.float32, device=slot_hidden.device)
+    drafts, q = propose(drafting.lm_head(slot_hidden), block[:, 0], drafting.warping, None, drafting.head,
+                        drafting.log_prior, drafting.alpha, drafting.beta, races=races,
+                        copy=drafting.copy_chain(tokens, anchor, slot_hidden), confidence=confidence)
+    return drafts, q, confidence
 
 
 def graph_warping(warping: Warping, device) -> Warping:

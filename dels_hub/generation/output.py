@@ -14,6 +14,7 @@ class DecodeResult:
     row_acceptance_lengths: list[list[int]] = field(default_factory=list)  # per row
     time_to_first_token: float = 0.0
     decode_seconds: float = 0.0
+    policy: dict | None = None  # what the draft policy chose (``policy.PolicyStats.summary``)
 
 
 @dataclass
@@ -23,7 +24,9 @@ class DeLSGenerateOutput(ModelOutput):
     ``acceptance_lengths`` holds the tokens committed per verify step, bonus included (tau is their mean); for a
     batch it holds every row's, one row after another, and ``row_acceptance_lengths`` each row's own.
     ``num_new_tokens`` counts every row's new tokens (not the padding after a row's end). Times are in seconds:
-    ``time_to_first_token`` covers the prefill, ``decode_seconds`` the rest.
+    ``time_to_first_token`` covers the prefill, ``decode_seconds`` the rest. ``policy_summary`` says what the draft
+    policy chose: how often each number of drafts was verified (0 for a plain step), the drafted and plain blocks,
+    tau over the drafted blocks alone, and the tokens per millisecond it predicted against those measured.
     """
 
     sequences: torch.LongTensor | None = None
@@ -33,6 +36,7 @@ class DeLSGenerateOutput(ModelOutput):
     time_to_first_token: float | None = None
     decode_seconds: float | None = None
     row_acceptance_lengths: list[list[int]] | None = None
+    policy_summary: dict | None = None
 
     @property
     def tau(self) -> float:

@@ -36,6 +36,9 @@ class DecodeSettings:
             prefix); None drafts from DFlash alone.
         copy_weights: ``[n + 1]`` the copy expert's gamma by match length (``CopySettings.weights``); None is off.
         pad_id: fills a batch row after its end, up to the longest row (transformers' ``pad_token_id``).
+        draft_mode: at T > 0, ``"top"`` drafts the fused argmax and accepts while the target's own samples match
+            (``verify.verify_match``), ``"sampled"`` samples drafts from the fused q and rejection-samples them
+            (``verify.verify_rejection``); both are exact. Greedy ignores it.
     """
 
     max_new_tokens: int
@@ -46,3 +49,4 @@ class DecodeSettings:
     beta: torch.Tensor | None = None
     copy_weights: torch.Tensor | None = None
     pad_id: int = 0
+    draft_mode: str = "top"

@@ -1,0 +1,200 @@
+"""What a block costs on this device: a verify of w tokens for every w, and a draft. Calibrated once, cached on disk
+under a key of everything that changes it, and refined online from the loop's own block timings.
+
+The cost-aware policy (``policy.py``) divides expected committed tokens by these costs. A block that drafts costs
+``draft_ms + verify_ms[w - 1]``; a plain step (no draft) costs ``verify_ms[0]``. On this CPU the verify cost is not
+monotone in w: MKL's float32 GEMM takes a slow path for 2 and 3 rows (scripts/profile_block.py), so a verify of 2 or 3
+tokens costs more than one of 4. Measuring every width, not fitting a line, is what lets the policy avoid them.
+
+Online refinement: the loop times each block between its host syncs (no extra sync), and each kind of block (plain,
+drafted) keeps a running ratio of measured to calibrated time, so a cost table taken at another context length, or
+on a busier machine, converges to what the loop actually sees.
+"""
+
+import hashlib
+import json
+import os
+import platform
+import statistics
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import torch
+
+from ..compat import cache_kwarg_name, synchronize
+from .caches import DynamicTargetCache, StaticSlotCache
+from .drafting import context_features
+
+CALIBRATION_CONTEXT = 128  # tokens of context the calibration verifies and drafts after
+CALIBRATION_REPEATS = 3  # timed calls per measurement, after one warm-up; the median is kept
+REFINE_RATE = 0.1  # weight of one block's timing in the running measured/calibrated ratio
+COST_MODEL_VERSION = 1  # bump when what is measured changes: old cache files are then ignored
+
+
+def cache_folder() -> Path:
+    """Where calibrations are kept: ``$DELS_HUB_CACHE/cost_models``, else ``~/.cache/dels_hub/cost_models``."""
+    root = os.environ.get("DELS_HUB_CACHE") or Path.home() / ".cache" / "dels_hub"
+    return Path(root) / "cost_models"
+
+
+@dataclass
+class CostModel:
+    """Milliseconds of a block's parts for one device, dtype, target, drafter, head, thread count and batch size.
+
+    Attributes:
+        key: what the costs were measured for (``calibration_key``).
+        verify_ms: ``[block_size]``: ``verify_ms[w - 1]`` is one target forward over w tokens per row.
+        draft_ms: one draft: the drafter's forward, the LM head rows, the head, the fusion and the copy expert.
+        plain_scale, draft_scale: running measured/calibrated ratios of plain and drafted blocks (start at 1).
+        refine: whether blocks' timings update those ratios (False keeps a table as given).
+    """
+
+    key: dict
+    verify_ms: list[float]
+    draft_ms: float
+    plain_scale: float = 1.0
+    draft_scale: float = 1.0
+    refine: bool = True
+    observed: dict = field(default_factory=lambda: {"plain": 0, "drafted": 0})
+
+    @property
+    def block_size(self) -> int:
+        return len(self.verify_ms)
+
+    def plain_ms(self) -> float:
+        """A plain decoding step: a verify of the anchor alone, no draft."""
+        return self.verify_ms[0] * self.plain_scale
+
+    def drafted_ms(self, width: int) -> float:
+        """A block that drafts and verifies ``width`` tokens (the anchor and ``width - 1`` drafts)."""
+        return (self.draft_ms + self.verify_ms[width - 1]) * self.draft_scale
+
+    def observe(self, drafted: bool, width: int, measured_ms: float) -> None:
+        """Fold one block's measured time into the running ratio of its kind."""
+        self.observed["drafted" if drafted else "plain"] += 1
+        if not self.refine:
+            return
+        if drafted:
+            ratio = measured_ms / (self.draft_ms + self.verify_ms[width - 1])
+            self.draft_scale += REFINE_RATE * (ratio - self.draft_scale)
+        else:
+            ratio = measured_ms / self.verify_ms[0]
+            self.plain_scale += REFINE_RATE * (ratio - self.plain_scale)
+
+    def to_json(self) -> dict:
+        return {"version": COST_MODEL_VERSION, "key": self.key, "verify_ms": self.verify_ms,
+                "draft_ms": self.draft_ms}
+
+    def save(self, path: Path) -> None:
+        """Write the calibration (not the online ratios) atomically: a crash never leaves half a file."""
+        path.parent.mkdir(parents=True, exist_ok=True)
+        partial = path.with_suffix(".partial")
+        partial.write_text(json.dumps(self.to_json(), indent=1))
+        partial.replace(path)
+
+    @classmethod
+    def load(cls, path: Path, key: dict) -> "CostModel | None":
+        """The calibration at ``path`` if it was measured for ``key`` by this version, else None."""
+        try:
+            data = json.loads(path.read_text())
+        except (OSError, ValueError):
+            return None
+        if data.get("version") != COST_MODEL_VERSION or data.get("key") != key:
+            return None
+        return cls(key=key, verify_ms=[float(v) for v in data["verify_ms"]], draft_ms=float(data["draft_ms"]))
+
+
+def describe_device(device: torch.device) -> str:
+    if device.type == "cuda":
+        return f"cuda:{torch.cuda.get_device_name(device)}"
+    return f"{device.type}:{platform.processor() or platform.machine()}"
+
+
+def describe_model(model) -> dict:
+    """What of a model changes its speed: its class, its source, its shape."""
+    if model is None:
+        return {}
+    config = model.config
+    return {"class": type(model).__name__, "source": str(getattr(config, "_name_or_path", "")),
+            "layers": getattr(config, "num_hidden_layers", None), "hidden": getattr(config, "hidden_size", None),
+            "vocab": getattr(config, "vocab_size", None)}
+
+
+def calibration_key(target, drafter, head, *, block_size: int, batch: int, copy: bool, draft_vocab: int | None,
+                    compile: bool) -> dict:
+    """Everything a cost table depends on; its hash names the cache file."""
+    return {"device": describe_device(target.device), "dtype": str(target.dtype).removeprefix("torch."),
+            "threads": torch.get_num_threads(), "batch": batch, "block_size": block_size,
+            "target": describe_model(target), "drafter": describe_model(drafter), "head": describe_model(head),
+            "copy": copy, "draft_vocab": draft_vocab, "compile": compile, "torch": torch.__version__}
+
+
+def cache_path(key: dict) -> Path:
+    digest = hashlib.sha256(json.dumps(key, sort_keys=True).encode()).hexdigest()[:20]
+    return cache_folder() / f"{digest}.json"
+
+
+def median_ms(work, device, repeats: int = CALIBRATION_REPEATS) -> float:
+    """Median milliseconds of ``work()`` over ``repeats`` calls after one warm-up call."""
+    work()
+    times = []
+    for _ in range(repeats):
+        synchronize(device)
+        started = time.perf_counter()
+        work()
+        synchronize(device)
+        times.append((time.perf_counter() - started) * 1e3)
+    return statistics.median(times)
+
+
+@torch.inference_mode()
+def calibrate(target, drafting, *, block_size: int, batch: int, static_cache: bool, verify, draft, key: dict,
+              repeats: int = CALIBRATION_REPEATS) -> CostModel:
+    """Time a verify of every width 1..``block_size`` and one draft, for ``batch`` rows after a context of
+    ``CALIBRATION_CONTEXT`` tokens, with the loop's own step functions (``verify``: ``graph_steps.verify_step`` or
+    its compiled graph; ``draft``: ``graph_steps.draft_step``)."""
+    device, drafter = target.device, drafting.drafter
+    width = CALIBRATION_CONTEXT
+    # Token ids from the embedding's range; what they are does not change what a forward costs.
+    ids = torch.arange(width * batch, device=device).view(batch, width) % target.config.vocab_size
+    size = width + block_size
+    positions = torch.arange(size, device=device).expand(batch, size)
+    cache_arg = cache_kwarg_name(type(target))
+    target_cache = (StaticSlotCache(size, target.config.num_hidden_layers, device, target.dtype) if static_cache
+                    else DynamicTargetCache())
+    _, hidden_states = verify(target, ids, positions[:, :width], target_cache, cache_arg)
+    verify_ms = []
+    for w in range(1, block_size + 1):
+        def step(w=w):
+            verify(target, ids[:, -w:], positions[:, width : width + w], target_cache, cache_arg)
+            target_cache.keep(width)
+
+        verify_ms.append(median_ms(step, device, repeats))
+    features = context_features(hidden_states, drafter.config.target_layer_ids)[:, -block_size:]
+    draft_cache = StaticSlotCache(size + block_size, drafter.config.num_hidden_layers, device, drafter.dtype)
+    block = torch.full((batch, block_size), drafter.config.mask_token_id, dtype=torch.long, device=device)
+    block[:, 0] = ids[:, -1]
+    tokens = torch.cat([ids, block], dim=1)
+    real = torch.ones((batch, block_size), dtype=torch.bool, device=device)
+    anchor = torch.full((batch,), width - 1, device=device)
+
+    def drafted():
+        draft(drafting, features, positions[:, width - block_size : width], real, block,
+              positions[:, width - 1 : width - 1 + block_size], draft_cache, None, tokens, anchor)
+
+    return CostModel(key=key, verify_ms=verify_ms, draft_ms=median_ms(drafted, device, repeats))
+
+
+def cost_model_for(key: dict, measure) -> tuple[CostModel, bool]:
+    """The cached calibration for ``key``, else ``measure()``'s, saved for next time. Returns ``(model, cached)``."""
+    path = cache_path(key)
+    model = CostModel.load(path, key)
+    if model is not None:
+        return model, True
+    model = measure()
+    try:
+        model.save(path)
+    except OSError:  # a read-only home still decodes; it calibrates again next process
+        pass
+    return model, False

@@ -1,0 +1,249 @@
+"""How much of a block to speculate: per block, whether to draft at all, and how many drafts to verify.
+
+``FixedBlocks`` drafts every block and verifies all ``block_size - 1`` drafts (the paper's loop). ``CostAware``, the
+default, maximises expected committed tokens per millisecond, as vLLM's dynamic speculation and DSpark do, with
+plain decoding among its choices, so that speculation that does not pay switches itself off:
+
+* **Before drafting** it compares a plain step (1 token for ``cost.plain_ms()``) with what drafted blocks have
+  committed per millisecond lately, kept apart by the copy expert's match length at the anchor (a match is the
+  strongest sign that the next tokens are predictable, and it costs nothing to read). When drafting has been losing
+  it decodes plainly, and probes again after 2, 4, 8, ... plain steps (at most ``MAX_PROBE_INTERVAL``).
+* **After drafting** each row verifies the d in 0..k drafts that maximises
+
+      (1 + sum_{i <= d} prod_{j <= i} a_j) / (draft_ms + verify_ms[d + 1])
+
+  where a_j is the acceptance of draft j given that the drafts before it were accepted, read from the fused
+  distribution's confidence in it (DFlash, head, prior and copy vote together) through a calibration table that
+  learns, online, how often drafts of each confidence were accepted. A batch verifies the largest d of its rows.
+
+Both are host decisions on small host lists; the loop hands them what it transferred anyway, plus the drafts'
+confidences (one ``[B, k]`` transfer per drafted block, which the verify's width must wait for).
+"""
+
+from collections import Counter
+from dataclasses import dataclass, field
+
+from .cost_model import CostModel
+
+POLICIES = ("cost-aware", "fixed")
+CONFIDENCE_BINS = 20
+PRIOR_WEIGHT = 2.0  # pseudo-observations at the raw confidence, per bin, before any acceptance is seen
+VALUE_RATE = 0.25  # weight of one drafted block in its bucket's running tokens and milliseconds
+MAX_PROBE_INTERVAL = 64  # plain steps between probes at most: a drafter that never pays costs under 2% this way
+
+
+@dataclass
+class AcceptanceCalibration:
+    """P(draft j accepted | drafts before it accepted) as a function of the draft's confidence, in equal bins over
+    [0, 1]. Each bin starts from ``PRIOR_WEIGHT`` pseudo-observations at its centre (a calibrated drafter's
+    confidence is its acceptance) and then counts what the verifier did."""
+
+    bins: int = CONFIDENCE_BINS
+    accepted: list[float] = field(default_factory=list)
+    seen: list[float] = field(default_factory=list)
+
+    def __post_init__(self):
+        self.accepted = self.accepted or [0.0] * self.bins
+        self.seen = self.seen or [0.0] * self.bins
+
+    def bin(self, confidence: float) -> int:
+        return min(max(int(confidence * self.bins), 0), self.bins - 1)
+
+    def __call__(self, confidence: float) -> float:
+        b = self.bin(confidence)
+        centre = (b + 0.5) / self.bins
+        return (self.accepted[b] + PRIOR_WEIGHT * centre) / (self.seen[b] + PRIOR_WEIGHT)
+
+    def update(self, confidence: float, accepted: bool) -> None:
+        b = self.bin(confidence)
+        self.seen[b] += 1
+        self.accepted[b] += accepted
+
+
+def expected_tokens(acceptance: list[float]) -> list[float]:
+    """``E[d]`` for d = 0..k: committed tokens when d drafts are verified, ``1 + sum_i prod_{j <= i} a_j``."""
+    expected, survive = [1.0], 1.0
+    for a in acceptance:
+        survive *= a
+        expected.append(expected[-1] + survive)
+    return expected
+
+
+@dataclass
+class BlockPlan:
+    """What the policy chose for one block: ``width`` tokens per row are verified (1: the anchor alone),
+    ``drafted`` whether the drafter ran, each row's own ``drafts_to_verify`` and the tokens it expects."""
+
+    drafted: bool
+    width: int
+    drafts_to_verify: list[int]
+    expected: float | None  # committed tokens the policy expects from the block, summed over rows (None: no model)
+    predicted_ms: float
+    confidence: list[list[float]] | None = None  # the drafts' confidences it chose from, [B][k]
+
+
+@dataclass
+class PolicyStats:
+    """What a call's policy did: how often each d was chosen, and the tokens per millisecond it predicted against
+    what the loop measured (a calibrated cost model keeps them close)."""
+
+    chosen: Counter = field(default_factory=Counter)  # d (drafts verified, per row; 0 for a plain step) -> count
+    drafted_blocks: int = 0  # row-blocks: a block of a batch of B rows counts B times
+    plain_blocks: int = 0
+    drafted_tokens: int = 0  # committed by drafted blocks
+    predicted_tokens: float = 0.0
+    predicted_ms: float = 0.0
+    committed_tokens: int = 0
+    measured_ms: float = 0.0
+
+    def record(self, plan: BlockPlan, counts: list[int], measured_ms: float) -> None:
+        self.chosen.update(plan.drafts_to_verify)
+        if plan.drafted:
+            self.drafted_blocks += len(counts)
+            self.drafted_tokens += sum(counts)
+        else:
+            self.plain_blocks += len(counts)
+        if plan.expected is not None:
+            self.predicted_tokens += plan.expected
+            self.predicted_ms += plan.predicted_ms
+        self.committed_tokens += sum(counts)
+        self.measured_ms += measured_ms
+
+    def summary(self, policy: str) -> dict:
+        return {
+            "policy": policy,
+            "chosen_drafts": {int(d): n for d, n in sorted(self.chosen.items())},
+            "drafted_blocks": self.drafted_blocks,
+            "plain_blocks": self.plain_blocks,
+            "tau_drafted": self.drafted_tokens / self.drafted_blocks if self.drafted_blocks else None,
+            "predicted_tokens_per_ms": self.predicted_tokens / self.predicted_ms if self.predicted_ms else None,
+            "measured_tokens_per_ms": self.committed_tokens / self.measured_ms if self.measured_ms else None,
+        }
+
+
+class FixedBlocks:
+    """Draft every block and verify every draft: ``block_size`` tokens per row, always."""
+
+    needs_confidence = False
+    name = "fixed"
+
+    def __init__(self, cost: CostModel | None = None):
+        self.cost = cost
+
+    def draft_now(self, match_lengths: list[int] | None) -> bool:
+        return True
+
+    def plan(self, confidence: list[list[float]] | None, block_size: int, rows: int) -> BlockPlan:
+        predicted = self.cost.drafted_ms(block_size) if self.cost else 0.0
+        return BlockPlan(True, block_size, [block_size - 1] * rows, None, predicted)
+
+    def plain(self, rows: int) -> BlockPlan:  # block size 1 (nothing to draft) takes plain steps under any policy
+        return BlockPlan(False, 1, [0] * rows, None, self.cost.plain_ms() if self.cost else 0.0)
+
+    def observe(self, plan: BlockPlan, counts: list[int], complete: list[bool], measured_ms: float,
+                match_lengths: list[int] | None) -> None:
+        if self.cost is not None:
+            self.cost.observe(plan.drafted, plan.width, measured_ms)
+
+
+@dataclass
+class DraftValue:
+    """A bucket's running committed tokens (of one row) and milliseconds (of the whole block) per drafted block, and
+    its probing schedule. Its rate compares with a plain step's 1 token per row per ``plain_ms``."""
+
+    tokens: float = 0.0
+    ms: float = 0.0
+    blocks: int = 0
+    waited: int = 0
+    interval: int = 2
+
+    def rate(self) -> float | None:
+        return self.tokens / self.ms if self.blocks and self.ms > 0 else None
+
+
+class CostAware:
+    """Maximise expected committed tokens per millisecond: plain steps when drafting does not pay, and per row the
+    number of drafts to verify (module docstring). Its calibration and running values live as long as the generator,
+    so later calls start from what earlier ones learned."""
+
+    needs_confidence = True
+    name = "cost-aware"
+
+    def __init__(self, cost: CostModel, widths: tuple[int, ...] | None = None):
+        self.cost = cost
+        # Verify widths the loop may use: all of them, or a fixed set (compiled runs: one graph each).
+        self.widths = tuple(range(1, cost.block_size + 1)) if widths is None else tuple(sorted(widths))
+        self.calibration = AcceptanceCalibration()
+        self.values: dict[int, DraftValue] = {}
+
+    def bucket(self, match_length: int | None) -> DraftValue:
+        return self.values.setdefault(match_length or 0, DraftValue())
+
+    def draft_now(self, match_lengths: list[int] | None) -> bool:
+        """Draft this block, or take a plain step: drafted blocks' recent tokens per millisecond in each row's
+        bucket against a plain step's; an unexplored bucket drafts, a losing one waits for its next probe. Where a
+        block could not pay even if every draft were accepted, it never drafts."""
+        plain_rate = 1.0 / self.cost.plain_ms()
+        best_case = max(w / self.cost.drafted_ms(w) for w in self.widths)
+        if best_case <= plain_rate:
+            return False
+        buckets = [self.bucket(m) for m in (match_lengths or [0])]
+        rates = [b.rate() for b in buckets]
+        if any(rate is None for rate in rates):
+            return True
+        if sum(rates) >= plain_rate * len(rates):
+            return True
+        probe = False
+        for b in {id(b): b for b in buckets}.values():  # rows in one bucket wait once per block
+            b.waited += 1
+            probe |= b.waited >= b.interval
+        return probe
+
+    def plan(self, confidence: list[list[float]], block_size: int, rows: int) -> BlockPlan:
+        """Each row's d from its drafts' confidences ``[B][k]``; the block verifies the largest."""
+        best = []
+        for row in confidence:
+            expected = expected_tokens([self.calibration(c) for c in row])
+            rate = [(expected[w - 1] / self.cost.drafted_ms(w), w - 1) for w in self.widths]
+            best.append((max(rate)[1], expected))
+        width = max(d for d, _ in best) + 1
+        expected = sum(e[width - 1] for _, e in best)
+        return BlockPlan(True, width, [d for d, _ in best], expected, self.cost.drafted_ms(width), confidence)
+
+    def plain(self, rows: int) -> BlockPlan:
+        return BlockPlan(False, 1, [0] * rows, float(rows), self.cost.plain_ms())
+
+    def observe(self, plan: BlockPlan, counts: list[int], complete: list[bool], measured_ms: float,
+                match_lengths: list[int] | None) -> None:
+        """Learn from one block: each verified draft's acceptance (up to the first rejection), each row's committed
+        tokens in its bucket, and the block's time in the cost model. ``complete[b]``: row b's count was not cut
+        by a stop token or its budget, so it says how many drafts the verifier accepted."""
+        self.cost.observe(plan.drafted, plan.width, measured_ms)
+        if not plan.drafted:
+            return
+        for b, (count, whole) in enumerate(zip(counts, complete)):
+            if whole:
+                accepted = count - 1
+                for j, c in enumerate(plan.confidence[b][: plan.width - 1]):
+                    self.calibration.update(c, j < accepted)
+                    if j >= accepted:
+                        break
+            value = self.bucket(match_lengths[b] if match_lengths else 0)
+            rate = VALUE_RATE if value.blocks else 1.0
+            value.tokens += rate * (count - value.tokens)
+            value.ms += rate * (plan.predicted_ms - value.ms)  # the whole block's: its rows share it
+            value.blocks += 1
+            if value.waited:  # this block was a probe of a losing bucket
+                won = value.rate() >= 1.0 / self.cost.plain_ms()
+                value.interval = 2 if won else min(2 * value.interval, MAX_PROBE_INTERVAL)
+                value.waited = 0
+
+
+def make_policy(name: str, cost: CostModel | None, widths: tuple[int, ...] | None = None):
+    """``"cost-aware"`` or ``"fixed"`` over ``cost`` (the generator checks the name at its boundary)."""
+    return CostAware(cost, widths) if name == "cost-aware" else FixedBlocks(cost)
+
+
+def is_policy(value) -> bool:
+    """A policy object a caller built (e.g. ``CostAware`` over a cost model of their own), not a name."""
+    return isinstance(value, (FixedBlocks, CostAware))

@@ -1,0 +1,204 @@
+"""The draft policies: the cost-aware choices (plain steps, how many drafts to verify), the cost model's calibration
+cache, and exactness at every choice, on tiny random models. Tests assert decisions, not timings."""
+
+import json
+
+import pytest
+import torch
+
+from dels_hub import DeLSGenerator
+from dels_hub.errors import GenerationArgumentError
+from dels_hub.generation.cost_model import CostModel, cache_path, calibration_key, cost_model_for
+from dels_hub.generation.policy import AcceptanceCalibration, CostAware, FixedBlocks, expected_tokens
+
+from conftest import SMALL_VOCAB, make_dflash, small_prompts
+
+BLOCK = 8
+
+
+def cost(verify_ms, draft_ms=1.0) -> CostModel:
+    """A cost table as given: the loop's real timings do not refine it, so the decisions are the table's."""
+    return CostModel(key={"test": True}, verify_ms=[float(v) for v in verify_ms], draft_ms=float(draft_ms),
+                     refine=False)
+
+
+def forcing(d: int, block_size: int = BLOCK) -> CostAware:
+    """A cost-aware policy over a cost table that makes verifying more than ``d`` drafts ruinous and up to ``d``
+    free: it drafts every block and verifies exactly ``d`` drafts (any draft has some chance of acceptance)."""
+    return CostAware(cost([1.0] * (d + 1) + [1e6] * (block_size - 1 - d), draft_ms=0.0))
+
+
+class DraftCalls:
+    """Counts the drafter's forwards, and records which context positions each row's drafter cache was given."""
+
+    def __init__(self, drafter):
+        self.calls, self.context = 0, []
+        drafter.register_forward_pre_hook(self.record, with_kwargs=True)
+
+    def record(self, module, args, kwargs):
+        self.calls += 1
+        positions = kwargs["position_ids"]
+        context = positions[:, : positions.shape[1] - module.config.block_size]
+        cache = kwargs["past_key_values"]
+        slots = getattr(cache, "write_positions", None)
+        if slots is None:  # the eager StaticDraftCache: every context row is real
+            real = torch.ones_like(context, dtype=torch.bool)
+        else:  # the padded cache: padding rows are written past every position
+            real = slots[:, : context.shape[1]] == context
+        self.context.append([row[mask].tolist() for row, mask in zip(context, real)])
+
+
+def test_expensive_verify_and_low_confidence_choose_plain_steps_and_never_call_the_drafter(small):
+    target, drafter = small["qwen3"], make_dflash(BLOCK, SMALL_VOCAB - 1, vocab=SMALL_VOCAB)
+    policy = CostAware(cost([10.0] + [400.0] * (BLOCK - 1), draft_ms=300.0))
+    generator = DeLSGenerator(target, drafter, None, small["tokenizer"], policy=policy)
+    calls = DraftCalls(drafter)
+    input_ids = small_prompts(count=1)[0]
+    out = generator.generate(input_ids, max_new_tokens=12, do_sample=False, return_dict_in_generate=True)
+    assert calls.calls == 0
+    assert out.policy_summary["chosen_drafts"] == {0: 11} and out.policy_summary["drafted_blocks"] == 0
+    assert torch.equal(out.sequences, target.generate(input_ids, max_new_tokens=12, do_sample=False))
+    # The same table after a draft: low confidence verifies no draft at all.
+    plan = policy.plan([[0.05] * (BLOCK - 1)], BLOCK, 1)
+    assert plan.width == 1 and plan.drafts_to_verify == [0]
+
+
+def test_confident_drafts_verify_the_whole_block():
+    policy = CostAware(cost([10.0, 11.0, 12.0, 13.0, 14.0, 15.0, 16.0, 17.0], draft_ms=5.0))
+    assert policy.draft_now(None)
+    plan = policy.plan([[0.99] * (BLOCK - 1)], BLOCK, 1)
+    assert plan.width == BLOCK and plan.drafts_to_verify == [BLOCK - 1]
+    # Unsure drafts after a sure one: only the sure one is worth its verify.
+    plan = policy.plan([[0.99] + [0.02] * (BLOCK - 2)], BLOCK, 1)
+    assert plan.drafts_to_verify == [1]
+    # A batch verifies its largest d; each row keeps its own.
+    plan = policy.plan([[0.99] * (BLOCK - 1), [0.02] * (BLOCK - 1)], BLOCK, 2)
+    assert plan.width == BLOCK and plan.drafts_to_verify == [BLOCK - 1, 0]
+
+
+def test_slow_widths_are_skipped_for_a_wider_cheaper_one():
+    """This CPU's verify of 2 or 3 tokens costs more than one of 4 (MKL's small-M GEMM): the policy jumps to 4."""
+    policy = CostAware(cost([58.0, 93.0, 112.0, 83.0, 96.0, 93.0, 103.0, 97.0], draft_ms=27.0))
+    plan = policy.plan([[0.7, 0.6, 0.5, 0.2, 0.1, 0.1, 0.1]], BLOCK, 1)
+    assert plan.width == 4
+
+
+def test_a_losing_drafter_switches_itself_off_and_probes_less_and_less():
+    policy = CostAware(cost([10.0] * BLOCK, draft_ms=10.0))
+    plain = policy.plain(1)
+    decisions = []
+    for _ in range(200):
+        if policy.draft_now(None):
+            plan = policy.plan([[0.01] * (BLOCK - 1)], BLOCK, 1)
+            policy.observe(plan, [1], [True], 20.0, None)
+            decisions.append(1)
+        else:
+            policy.observe(plain, [1], [True], 10.0, None)
+            decisions.append(0)
+    assert decisions[0] == 1  # unexplored: it tries
+    assert sum(decisions) <= 8  # 200 blocks, probes at intervals 2, 4, 8, ..., 64
+    gaps = [i for i, d in enumerate(decisions) if d]
+    assert all(b - a >= 2 for a, b in zip(gaps, gaps[1:]))
+
+
+def test_the_calibration_learns_what_was_accepted():
+    calibration = AcceptanceCalibration()
+    assert calibration(0.92) == pytest.approx(0.925)  # the prior: the bin's centre
+    for _ in range(50):
+        calibration.update(0.92, False)  # over-confident drafts: never accepted
+    assert calibration(0.92) < 0.05
+    assert expected_tokens([0.5, 0.5]) == [1.0, 1.5, 1.75]
+
+
+def test_calibration_is_persisted_and_reloaded_under_its_key(small, tmp_path, monkeypatch):
+    monkeypatch.setenv("DELS_HUB_CACHE", str(tmp_path))
+    target, drafter = small["qwen3"], make_dflash(BLOCK, SMALL_VOCAB - 1, vocab=SMALL_VOCAB)
+    generator = DeLSGenerator(target, drafter, small["head"], small["tokenizer"])
+    input_ids = small_prompts(count=1)[0]
+    generator.generate(input_ids, max_new_tokens=4, do_sample=False)
+    files = list((tmp_path / "cost_models").glob("*.json"))
+    assert len(files) == 1
+    saved = json.loads(files[0].read_text())
+    assert len(saved["verify_ms"]) == BLOCK and saved["draft_ms"] > 0 and saved["key"]["head"]
+    # A new generator over the same parts reads it back instead of measuring.
+    measured = []
+    key = calibration_key(target, drafter, small["head"], block_size=BLOCK, batch=1, copy=False, draft_vocab=None,
+                          compile=False)
+    assert cache_path(key) == files[0]
+    model, cached = cost_model_for(key, lambda: measured.append(1))
+    assert cached and not measured and model.verify_ms == saved["verify_ms"]
+    # Another key (two threads, a batch of two) is measured anew, into its own file.
+    other = dict(key, batch=2)
+    model, cached = cost_model_for(other, lambda: cost([1.0] * BLOCK))
+    assert not cached and len(list((tmp_path / "cost_models").glob("*.json"))) == 2
+    # A file for another key at the same path is not trusted.
+    files[0].write_text(json.dumps(dict(saved, key=other)))
+    assert cost_model_for(key, lambda: cost([2.0] * BLOCK))[0].verify_ms == [2.0] * BLOCK
+
+
+@pytest.mark.parametrize("d", range(BLOCK))
+@pytest.mark.parametrize("head, copy", [(False, 0), (True, 4)])
+def test_greedy_equals_the_target_at_every_number_of_verified_drafts(small, d, head, copy):
+    target = small["qwen3"]
+    generator = DeLSGenerator(target, make_dflash(BLOCK, SMALL_VOCAB - 1, vocab=SMALL_VOCAB),
+                              small["head"] if head else None, small["tokenizer"], copy_ngram=copy, policy=forcing(d))
+    for input_ids in small_prompts(count=2, length=7):
+        out = generator.generate(input_ids, max_new_tokens=20, do_sample=False, return_dict_in_generate=True)
+        assert torch.equal(out.sequences, target.generate(input_ids, max_new_tokens=20, do_sample=False))
+        assert set(out.policy_summary["chosen_drafts"]) == {d}
+
+
+@pytest.mark.parametrize("d", [0, 2, BLOCK - 1])
+def test_a_batch_equals_the_target_at_every_number_of_verified_drafts(small, d):
+    target, tokenizer = small["qwen3"], small["tokenizer"]
+    generator = DeLSGenerator(target, make_dflash(BLOCK, SMALL_VOCAB - 1, vocab=SMALL_VOCAB), small["head"],
+                              tokenizer, copy_ngram=3, policy=forcing(d))
+    prompts = [p[0].tolist() for p in small_prompts(count=3, length=7)]
+    prompts[1] = prompts[1][:4]  # ragged: left-padded
+    width = max(map(len, prompts))
+    input_ids = torch.tensor([[0] * (width - len(p)) + p for p in prompts])
+    mask = torch.tensor([[0] * (width - len(p)) + [1] * len(p) for p in prompts])
+    out = generator.generate(input_ids, attention_mask=mask, max_new_tokens=15, do_sample=False,
+                             return_dict_in_generate=True)
+    for row, prompt in enumerate(prompts):
+        expected = target.generate(torch.tensor([prompt]), max_new_tokens=15, do_sample=False)[0, len(prompt):]
+        assert out.sequences[row, width : width + expected.shape[0]].tolist() == expected.tolist()
+
+
+@pytest.mark.parametrize("rows", [1, 3])
+def test_after_plain_steps_the_drafter_reads_every_context_position_once(small, rows):
+    """Plain steps skip the drafter; when it drafts again it must read exactly the positions it missed (eager path
+    for one row, padded for a batch). A drafter whose verify never pays drafts only on probes."""
+    target, drafter = small["qwen3"], make_dflash(BLOCK, SMALL_VOCAB - 1, vocab=SMALL_VOCAB)
+    policy = CostAware(cost([10.0] * BLOCK, draft_ms=12.0))  # drafting loses unless nearly every draft lands
+    generator = DeLSGenerator(target, drafter, None, small["tokenizer"], policy=policy)
+    calls = DraftCalls(drafter)
+    input_ids = torch.cat(small_prompts(count=rows, length=7))
+    out = generator.generate(input_ids, max_new_tokens=40, do_sample=False, return_dict_in_generate=True)
+    summary = out.policy_summary
+    assert summary["plain_blocks"] > 0 and summary["drafted_blocks"] >= 2 * rows  # plain steps between probes
+    for row in range(rows):
+        seen = [position for call in calls.context for position in call[row]]
+        assert seen == list(range(len(seen)))  # every position once, in order, none skipped
+        assert len(seen) >= 7
+    for row in range(rows):
+        assert torch.equal(out.sequences[row : row + 1],
+                           target.generate(input_ids[row : row + 1], max_new_tokens=40, do_sample=False))
+
+
+def test_fixed_blocks_verify_every_draft_and_bad_policy_values_fail_early(small):
+    target = small["qwen3"]
+    generator = DeLSGenerator(target, make_dflash(BLOCK, SMALL_VOCAB - 1, vocab=SMALL_VOCAB), None, small["tokenizer"])
+    input_ids = small_prompts(count=1)[0]
+    out = generator.generate(input_ids, max_new_tokens=10, do_sample=False, policy="fixed",
+                             return_dict_in_generate=True)
+    assert set(out.policy_summary["chosen_drafts"]) == {BLOCK - 1} and out.policy_summary["policy"] == "fixed"
+    with pytest.raises(GenerationArgumentError, match="policy must be one of"):
+        generator.generate(input_ids, max_new_tokens=4, policy="adaptive")
+    with pytest.raises(GenerationArgumentError, match="draft_mode must be one of"):
+        generator.generate(input_ids, max_new_tokens=4, draft_mode="greedy")
+    with pytest.raises(GenerationArgumentError, match="blocks of 4 tokens"):
+        generator.generate(input_ids, max_new_tokens=4, policy=CostAware(cost([1.0] * 4)))
+    with pytest.raises(GenerationArgumentError, match="policy must be one of"):
+        DeLSGenerator(target, make_dflash(BLOCK, SMALL_VOCAB - 1, vocab=SMALL_VOCAB), policy="never")
+    assert FixedBlocks().draft_now([0, 3])
