@@ -75,3 +75,39 @@ def choose(logits: torch.Tensor, warping: Warping, generator=None, race=None) ->
         return logits.argmax(-1), None
     probs = warp_probs(logits, warping)
     return sample(probs, generator, race), probs
+
+
+# Keyed draws: a uniform per (key, row, position) from a counter-based hash, so that the token sampled at a position
+# does not depend on how many draws came before it. Under the cost-aware policy a block verifies 1..block_size
+# tokens, chosen from timings; with keyed draws a seed still gives the same text, whatever the policy chose.
+_MASK32 = 0xFFFFFFFF
+
+
+def _mix32(x: torch.Tensor) -> torch.Tensor:
+    """A 32-bit integer hash on int64 tensors holding values below 2**32 (multipliers below 2**31, so no product
+    overflows int64): xorshift-multiply rounds in the manner of Wellons' lowbias32."""
+    x = x ^ (x >> 16)
+    x = (x * 0x7FEB352D) & _MASK32
+    x = x ^ (x >> 15)
+    x = (x * 0x2C1B3C6D) & _MASK32
+    return x ^ (x >> 16)
+
+
+def keyed_uniform(key: torch.Tensor, rows: torch.Tensor, positions: torch.Tensor) -> torch.Tensor:
+    """``[B, T]`` float64 uniforms in (0, 1), a function of ``key`` (a 0-dim int64 tensor), each row's id
+    ``rows [B]`` and ``positions [B, T]`` alone; 53 random bits each, from two hashes."""
+    word = _mix32(positions & _MASK32) ^ _mix32((rows.view(-1, 1) * 0x9E3779B1) & _MASK32)
+    word = _mix32(word ^ (key & _MASK32))
+    word = _mix32(word ^ ((key >> 32) & _MASK32))
+    second = _mix32(word ^ 0x5BD1E995)
+    bits = (word >> 5) * (1 << 26) + (second >> 6)  # 27 + 26 bits
+    return (bits.double() + 0.5) / float(1 << 53)
+
+
+def keyed_sample(probs: torch.Tensor, key: torch.Tensor, rows: torch.Tensor, positions: torch.Tensor) -> torch.Tensor:
+    """One draw per row of ``probs [B, T, V]`` by inverting its CDF at ``keyed_uniform(key, rows, positions)``:
+    ``[B, T]`` ids, exactly distributed as ``probs`` (up to float64 rounding), without a host sync."""
+    cdf = probs.double().cumsum(-1)
+    target = keyed_uniform(key, rows, positions) * cdf[..., -1]
+    ids = torch.searchsorted(cdf, target.unsqueeze(-1)).squeeze(-1)
+    return ids.clamp_max(probs.shape[-1] - 1)

@@ -76,7 +76,8 @@ def verify_rejection(
     return tokens, n_accepted
 
 
-def verify_match(draft_ids: torch.Tensor, p_target: torch.Tensor, generator: torch.Generator | None = None):
+def verify_match(draft_ids: torch.Tensor, p_target: torch.Tensor, generator: torch.Generator | None = None,
+                 draws: torch.Tensor | None = None):
     """Top-token drafts against the target's own samples (sample and match): exact for any draft that does not
     depend on the target's draws.
 
@@ -87,23 +88,22 @@ def verify_match(draft_ids: torch.Tensor, p_target: torch.Tensor, generator: tor
     Args:
         draft_ids: ``[..., k]`` drafted tokens (chosen without looking at the target's draws, e.g. the fused argmax).
         p_target: ``[..., k + 1, V]`` warped target distributions (float32).
+        draws: optional ``[..., k + 1]`` target samples already drawn (the loop's keyed draws, ``keyed_sample``);
+            drawn here from ``generator`` when None.
 
     Returns:
         ``(tokens [..., k + 1], n_accepted [...])`` as in ``verify_greedy``.
     """
-    samples = sample(p_target, generator)
+    samples = sample(p_target, generator) if draws is None else draws
     return samples, accepted_prefix(draft_ids, samples[..., :-1])
 
 
-def verify_block(warping: Warping, drafts: torch.Tensor, q, logits: torch.Tensor, generator, match: bool = False):
-    """``(tokens, n_accepted)`` of one block: greedy verification; at T > 0 rejection sampling of sampled drafts
-    against the warped target ``p``, or, with ``match``, top-token drafts against the target's own samples
-    (``verify_match``). No drafts (a plain step): an empty ``q`` makes the verifier draw the bonus straight from p."""
+def verify_block(warping: Warping, drafts: torch.Tensor, q, logits: torch.Tensor, generator):
+    """``(tokens, n_accepted)`` of one block: greedy verification, or rejection sampling against the warped
+    target ``p``. No drafts (a plain step): an empty ``q`` makes the verifier draw the bonus straight from p."""
     if warping.greedy:
         return verify_greedy(drafts, logits)
     p = warp_probs(logits, warping)
-    if match:
-        return verify_match(drafts, p, generator)
     return verify_rejection(drafts, p[..., :0, :] if q is None else q[..., : drafts.shape[-1], :], p, generator)
 
 

@@ -26,12 +26,14 @@ from conftest import SMALL_VOCAB, VOCAB, make_dflash, make_head, make_target, ma
 @pytest.mark.parametrize("kind", ["qwen3", "llama"])
 @pytest.mark.parametrize("block_size", [2, 4, 8, 16])
 @pytest.mark.parametrize("with_head", [False, True])
-def test_greedy_equals_target_greedy(small, kind, block_size, with_head):
+@pytest.mark.parametrize("policy", ["fixed", "cost-aware"])
+def test_greedy_equals_target_greedy(small, kind, block_size, with_head, policy):
     target = small[kind]
     # Drafter seed 5 happens to agree with these random targets for whole blocks at times, so the test
-    # covers full, partial and zero acceptance (checked below), not only the rejection path.
+    # covers full, partial and zero acceptance (checked below for fixed blocks), not only the rejection path.
     drafter = make_dflash(block_size=block_size, mask_token_id=SMALL_VOCAB - 1, vocab=SMALL_VOCAB, seed=5)
-    generator = DeLSGenerator(target, drafter, small["head"] if with_head else None, small["tokenizer"])
+    generator = DeLSGenerator(target, drafter, small["head"] if with_head else None, small["tokenizer"],
+                              policy=policy)
     lengths = []
     for input_ids in small_prompts(count=6):
         expected = target.generate(input_ids, max_new_tokens=40, do_sample=False)
@@ -40,7 +42,7 @@ def test_greedy_equals_target_greedy(small, kind, block_size, with_head):
         assert sum(out.acceptance_lengths) == out.num_new_tokens - 1  # the first token comes from the prefill
         lengths += out.acceptance_lengths
     assert max(lengths) <= block_size
-    if block_size > 2:
+    if block_size > 2 and policy == "fixed":
         assert max(lengths) > 2, "no multi-token acceptance: the test would not exercise the commit path"
 
 
@@ -157,11 +159,15 @@ SAMPLING_CASES = [
 ]
 
 
+@pytest.mark.parametrize("draft_mode", ["top", "sampled"])
 @pytest.mark.parametrize("case", SAMPLING_CASES, ids=lambda c: f"T{c['temperature']}-k{c['top_k']}-p{c['top_p']}-head{c['head']}")
-def test_sampling_matches_the_target_distribution(small, case):
+def test_sampling_matches_the_target_distribution(small, case, draft_mode):
+    """Both draft modes, every block drafted and verified (fixed blocks): top-token drafts matched against the
+    target's own samples, and sampled drafts rejection-sampled."""
     target = small["qwen3"]
     drafter = make_dflash(4, SMALL_VOCAB - 1, vocab=SMALL_VOCAB)
-    generator = DeLSGenerator(target, drafter, small["head"] if case["head"] else None, small["tokenizer"])
+    generator = DeLSGenerator(target, drafter, small["head"] if case["head"] else None, small["tokenizer"],
+                              policy="fixed", draft_mode=draft_mode)
     input_ids, new_tokens, samples = small_prompts(count=1)[0], 3, 2500
     warping = Warping(case["temperature"], case["top_k"], case["top_p"])
     expected = exact_distribution(target, input_ids, warping, new_tokens)
@@ -170,10 +176,31 @@ def test_sampling_matches_the_target_distribution(small, case):
     assert chi_square_pvalue(counts, expected, samples) > 1e-3
 
 
-def test_negative_control_biased_verifier_is_detected(small, monkeypatch):
+def test_sampling_under_the_cost_aware_policy_matches_the_target_distribution(small):
+    """The default policy mixes plain steps and drafted blocks of several widths: still the target's distribution."""
     target = small["qwen3"]
-    generator = DeLSGenerator(target, make_dflash(4, SMALL_VOCAB - 1, vocab=SMALL_VOCAB), small["head"], small["tokenizer"])
-    monkeypatch.setattr("dels_hub.verify.verify_rejection", accept_everything)
+    generator = DeLSGenerator(target, make_dflash(4, SMALL_VOCAB - 1, vocab=SMALL_VOCAB), small["head"],
+                              small["tokenizer"], copy_ngram=2)
+    input_ids, new_tokens, samples = small_prompts(count=1)[0], 3, 2500
+    expected = exact_distribution(target, input_ids, Warping(0.7, 4, 1.0), new_tokens)
+    counts = sampled_counts(generator, input_ids, samples, new_tokens, temperature=0.7, top_k=4, top_p=1.0)
+    assert chi_square_pvalue(counts, expected, samples) > 1e-3
+
+
+def accept_every_top_draft(draft_ids, p_target, generator=None, draws=None):
+    """A biased matcher (negative control): keeps every top-token draft, so the output leans to the drafter."""
+    return torch.cat([draft_ids, draws[..., -1:]], dim=-1), torch.full(draft_ids.shape[:-1], draft_ids.shape[-1])
+
+
+@pytest.mark.parametrize("draft_mode, verifier, biased", [
+    ("sampled", "dels_hub.verify.verify_rejection", accept_everything),
+    ("top", "dels_hub.generation.decode.verify_match", accept_every_top_draft),
+])
+def test_negative_control_biased_verifier_is_detected(small, monkeypatch, draft_mode, verifier, biased):
+    target = small["qwen3"]
+    generator = DeLSGenerator(target, make_dflash(4, SMALL_VOCAB - 1, vocab=SMALL_VOCAB), small["head"],
+                              small["tokenizer"], policy="fixed", draft_mode=draft_mode)
+    monkeypatch.setattr(verifier, biased)
     input_ids, samples = small_prompts(count=1)[0], 2500
     warping = Warping(0.7, 4, 1.0)
     expected = exact_distribution(target, input_ids, warping, 3)
@@ -183,10 +210,22 @@ def test_negative_control_biased_verifier_is_detected(small, monkeypatch):
 
 def test_seeded_sampling_is_reproducible(small):
     generator = DeLSGenerator(small["qwen3"], make_dflash(8, SMALL_VOCAB - 1, vocab=SMALL_VOCAB), small["head"],
-                              small["tokenizer"])
+                              small["tokenizer"], copy_ngram=2)
     input_ids = small_prompts(count=1)[0]
     runs = [generator.generate(input_ids, max_new_tokens=20, do_sample=True, temperature=0.9, seed=5) for _ in range(2)]
     assert torch.equal(*runs)
+    # Top-token drafts take keyed draws: the text depends on the seed alone, not on which blocks the policy drafted
+    # or how many drafts it verified, so fixed blocks, the cost-aware policy and block size 1 all write it.
+    for policy, block_size in (("fixed", None), ("fixed", 3), ("cost-aware", None), ("cost-aware", 1)):
+        again = generator.generate(input_ids, max_new_tokens=20, do_sample=True, temperature=0.9, seed=5,
+                                   policy=policy, block_size=block_size)
+        assert torch.equal(again, runs[0])
+    other = generator.generate(input_ids, max_new_tokens=20, do_sample=True, temperature=0.9, seed=6)
+    assert not torch.equal(other, runs[0])  # the seed matters
+    # Sampled drafts draw from the generator's stream: reproducible under fixed blocks.
+    sampled = [generator.generate(input_ids, max_new_tokens=20, do_sample=True, temperature=0.9, seed=5,
+                                  policy="fixed", draft_mode="sampled") for _ in range(2)]
+    assert torch.equal(*sampled)
 
 
 # ---- API ------------------------------------------------------------------------------------------

@@ -98,3 +98,24 @@ def test_rejection_sampling_of_a_whole_block_matches_p_jointly():
             counts[tokens[0], sample(p[1], generator)] += 1
     expected = p[0][:, None] * p[1][None, :]
     assert 0.5 * (counts / samples - expected).abs().sum() < 0.03
+
+
+def test_keyed_draws_follow_the_distribution_and_depend_on_key_row_and_position_alone():
+    from scipy.stats import chisquare
+
+    from dels_hub.sampling import keyed_sample
+
+    probs = torch.tensor([0.5, 0.25, 0.125, 0.0, 0.125])
+    positions = torch.arange(40000).view(1, -1)
+    key = torch.tensor(12345)
+    ids = keyed_sample(probs.expand(1, 40000, 5), key, torch.tensor([0]), positions)
+    counts = torch.bincount(ids.flatten(), minlength=5).tolist()
+    assert counts[3] == 0
+    kept = [0, 1, 2, 4]
+    assert chisquare([counts[i] for i in kept], [40000 * probs[i].item() for i in kept]).pvalue > 1e-3
+    # The same (key, row, position) gives the same draw in any shape of call; another key or row does not.
+    again = keyed_sample(probs.expand(1, 7, 5), key, torch.tensor([0]), positions[:, 100:107])
+    assert torch.equal(again, ids[:, 100:107])
+    other_key = keyed_sample(probs.expand(1, 40000, 5), torch.tensor(54321), torch.tensor([0]), positions)
+    other_row = keyed_sample(probs.expand(1, 40000, 5), key, torch.tensor([1]), positions)
+    assert (other_key != ids).float().mean() > 0.3 and (other_row != ids).float().mean() > 0.3

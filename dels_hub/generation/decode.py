@@ -36,8 +36,8 @@ import torch
 from ..compat import cache_kwarg_name, synchronize
 from ..copy_expert import longest_matches
 from ..errors import UnsupportedInputError
-from ..sampling import Warping, choose
-from ..verify import committed, is_stop, to_host, verify_block
+from ..sampling import Warping, choose, keyed_sample, warp_probs
+from ..verify import committed, is_stop, to_host, verify_block, verify_match
 from .caches import DynamicTargetCache, StaticDraftCache, StaticSlotCache
 from .drafting import context_features, propose
 from .graph_steps import Drafting, compiled, draft_step, graph_warping, static, verify_step
@@ -229,8 +229,12 @@ def speculative_decode(
     attention_ok = drafter.config._attn_implementation in FAST_ATTENTION
     padded_draft = k > 0 and ((compile and attention_ok) or batch > 1)
     graph_draft = padded_draft and compile
-    # Top-token drafts at T > 0 are the fused argmax, verified against the target's own samples.
+    # Top-token drafts at T > 0 are the fused argmax, verified against the target's own samples, which are keyed
+    # draws: the token sampled at a position depends on the call's key, the row and the position alone, so a seed
+    # gives the same text whatever the policy verified (and the same as block size 1).
     match = not warping.greedy and settings.draft_mode == "top"
+    key = torch.randint(0, 1 << 62, (), generator=generator, device=device) if match else None
+    row_ids = torch.arange(batch, device=device)  # each row's original index, for its keyed draws
     draft_warping = Warping() if match else warping
     drafting = Drafting(drafter, embed, lm_head,
                         graph_warping(draft_warping, device) if graph_draft else draft_warping, head,
@@ -261,7 +265,10 @@ def speculative_decode(
         slots = torch.where(columns >= pads, columns - pads, state.target_cache.max_len - 1 - columns)
     logits, hidden_states = verify_step(target, input_ids, prefill_positions.expand(batch, width), state.target_cache,
                                         cache_arg, logits_to_keep=1, slots=slots)
-    first, _ = choose(logits[:, -1], warping, generator)
+    if match:
+        first = keyed_sample(warp_probs(logits[:, -1:], warping), key, row_ids, length_at.unsqueeze(1))[:, 0]
+    else:
+        first, _ = choose(logits[:, -1], warping, generator)
     state.output.scatter_(1, state.start_at.unsqueeze(1), first.unsqueeze(1))
     features = context_features(hidden_states, layer_ids)
     if padding:  # realigned like the tokens: each row's real features first
@@ -293,8 +300,9 @@ def speculative_decode(
             keep = [i for i in range(len(rows)) if not done[i]]
             if not keep:
                 break
-            state.keep_rows(torch.tensor(keep, device=device))
-            features = features[keep]
+            kept = torch.tensor(keep, device=device)
+            state.keep_rows(kept)
+            features, row_ids = features[keep], row_ids[kept]
             rows, starts, done = [rows[i] for i in keep], [starts[i] for i in keep], [False] * len(keep)
             match_lengths = None if match_lengths is None else [match_lengths[i] for i in keep]
         block_positions = state.start_at.unsqueeze(1) + state.block_index  # [B, bs]
@@ -323,8 +331,12 @@ def speculative_decode(
         # 3. Verify: one target forward over [anchor, the drafts to verify] at each row's positions.
         logits, hidden_states = verify(target, state.verify_ids[:, :width_now], block_positions[:, :width_now],
                                        state.target_cache, cache_arg)
-        tokens, n_accepted = verify_block(warping, state.drafts[:, : width_now - 1], q, logits, generator,
-                                          match=match)
+        if match:  # the target's draw at each verified position, for the token after it
+            p = warp_probs(logits, warping)
+            draws = keyed_sample(p, key, row_ids, block_positions[:, :width_now] + 1)
+            tokens, n_accepted = verify_match(state.drafts[:, : width_now - 1], p, draws=draws)
+        else:
+            tokens, n_accepted = verify_block(warping, state.drafts[:, : width_now - 1], q, logits, generator)
 
         # 4. Commit on the device, then the one host transfer per block: every row's count and stop (and, for the
         # policy, its copy match at the new anchor).
