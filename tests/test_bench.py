@@ -113,8 +113,34 @@ def test_bench_writes_json_markdown_and_plots(greedy_run):
     assert baseline["tau"]["mean"] == 1.0  # block size 1 commits exactly one token per step
 
     table = (out / "results.md").read_text()
-    assert table.count("\n| ") == len(results["rows"]) + 1  # header + one line per row
-    assert "MISMATCH" not in table and "tau (95% CI)" in table
+    speculative = [row for row in results["rows"] if row["kind"] in ("dflash", "dels")]
+    # header + one line per row, then the policy table: header + one line per speculative row
+    assert table.count("\n| ") == len(results["rows"]) + 1 + len(speculative) + 1
+    assert "MISMATCH" not in table and "tau (95% CI)" in table and "predicted tok/ms" in table
+    for row in speculative:  # the cost-aware default: what it chose, pooled over the prompts
+        policy = row["policy"]
+        assert policy["policy"] == "cost-aware"
+        assert sum(policy["chosen_drafts"].values()) == policy["plain_blocks"] + policy["drafted_blocks"]
+        assert policy["plain_blocks"] + policy["drafted_blocks"] == sum(len(p["acceptance_lengths"])
+                                                                        for p in row["per_prompt"])
+        assert policy["measured_tokens_per_ms"] > 0
+
+
+def test_both_policies_run_paired_with_the_histogram_of_chosen_drafts(models, chat_tokenizer, jsonl_dataset):
+    target, drafter, head = models
+    results = run_bench(target, drafter, [head], tokenizer=chat_tokenizer, dataset=jsonl_dataset, max_new_tokens=12,
+                        policies=["cost-aware", "fixed"], copy_ngram=3, peers=False, progress=False)
+    rows = {row["name"]: row for row in results["rows"]}
+    assert {"DFlash (b=8) [fixed]", "DeLS (b=8, head0) + copy [fixed]"} <= rows.keys()
+    fixed, adaptive = rows["DeLS (b=8, head0) + copy [fixed]"], rows["DeLS (b=8, head0) + copy"]
+    assert fixed["policy"]["policy"] == "fixed" and set(fixed["policy"]["chosen_drafts"]) == {7}
+    assert fixed["policy"]["predicted_tokens_per_ms"] is None  # fixed blocks predict nothing
+    assert adaptive["policy"]["predicted_tokens_per_ms"] > 0
+    assert adaptive["gain_over_fixed_blocks"]["baseline"] == fixed["name"]
+    assert fixed["gain_of_copy"]["baseline"] == "DeLS (b=8, head0) [fixed]"  # twins compare with twins
+    assert results["greedy_check"]["ok"]
+    with pytest.raises(BenchArgumentError, match="policies must be distinct values"):
+        run_bench(target, drafter, [head], tokenizer=chat_tokenizer, dataset=jsonl_dataset, policies=["eager"])
 
 
 def test_greedy_rows_agree_token_for_token(greedy_run):

@@ -11,7 +11,7 @@ from dels_hub.errors import FusionScheduleError
 def test_fusion_formula_and_vocab_padding():
     L, S, prior = torch.randn(3, 10), torch.randn(3, 8), torch.randn(8)
     fused = fuse_logits(L, S, prior, 0.5, 0.2)
-    assert torch.allclose(fused[:, :8], L[:, :8] + 0.5 * S - 0.2 * prior)
+    assert torch.allclose(fused[:, :8], L[:, :8] + 0.5 * S - 0.2 * prior, atol=1e-6)  # float32 rounding order
     assert torch.equal(fused[:, 8:], L[:, 8:])  # ids the head does not know keep the DFlash logits
 
 

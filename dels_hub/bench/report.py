@@ -11,8 +11,8 @@ from ..files import replaced_atomically, write_text_atomic
 from .engine import engine_markdown
 
 TABLE_COLUMNS = (
-    "Row", "tau (95% CI)", "TPOT ms", "tokens/s", "Speedup", "Paired speedup (median, min-max)", "TTFT ms",
-    "Peak MiB", "Greedy = target",
+    "Row", "tau (95% CI)", "TPOT ms", "tokens/s", "Speedup", "Paired speedup (median, min-max)",
+    "Paired vs target.generate", "TTFT ms", "Peak MiB", "Greedy = target",
 )  # fmt: skip
 
 
@@ -85,6 +85,7 @@ def markdown_table(results: dict) -> str:
             _fmt(row["tokens_per_second_median"], "{:.1f}"),
             _fmt(speedup["ratio_of_medians"], "{:.2f}x"),
             paired,
+            _fmt(row.get("speedup_vs_target_generate", {}).get("paired_median"), "{:.2f}x"),
             _fmt(row["time_to_first_token_median"] and row["time_to_first_token_median"] * 1e3, "{:.0f}"),
             _fmt(row["peak_memory_bytes"] and row["peak_memory_bytes"] / 2**20, "{:.0f}"),
             _greedy_cell(row, greedy),
@@ -118,7 +119,7 @@ def markdown_table(results: dict) -> str:
         )
     gains = [row[key] | {"row": row["name"]} for row in results["rows"]
              for key in ("gain_over_dflash", "gain_over_first_head", "gain_of_copy", "gain_of_draft_vocab",
-                         "gain_over_prompt_lookup")
+                         "gain_over_prompt_lookup", "gain_over_fixed_blocks")
              if row.get(key)]
     for gain in gains:
         if gain["tau_difference"]["mean"] is not None:
@@ -128,6 +129,7 @@ def markdown_table(results: dict) -> str:
             pace = (f"; speed {speedup['ratio_of_medians']:.3f}x of it" if speedup["ratio_of_medians"] else "")
             lines.append(f"`{gain['row']}` over `{gain['baseline']}`, paired per prompt: tau {diff['mean']:+.3f}"
                          f"{interval}{relative}{pace}.")
+    lines += policy_table(results["rows"])
     for row in results["rows"]:
         for note in row["notes"]:
             lines.append(f"`{row['name']}`: {note}.")
@@ -136,6 +138,26 @@ def markdown_table(results: dict) -> str:
     if score:
         lines.append(f"pass@1: {score['backend']}.")
     return "\n".join(lines) + "\n"
+
+
+def policy_table(rows: list[dict]) -> list[str]:
+    """What each speculative row's draft policy chose, pooled over prompts: the share of row-blocks that verified
+    d drafts (0: a plain step, or a draft not worth verifying), and the tokens per millisecond the cost model
+    predicted against those the loop measured (close when it is calibrated)."""
+    chosen = [row for row in rows if row.get("policy") and row["kind"] in ("dflash", "dels")]
+    if not chosen:
+        return []
+    lines = ["", "| Row | policy | drafts verified: share of row-blocks | plain / drafted | tau (drafted) | "
+                 "predicted tok/ms | measured tok/ms |", "|---|---|---|---|---|---|---|"]
+    for row in chosen:
+        policy = row["policy"]
+        total = sum(policy["chosen_drafts"].values()) or 1
+        shares = " ".join(f"{d}:{n / total:.0%}" for d, n in policy["chosen_drafts"].items())
+        lines.append(f"| {row['name']} | {policy['policy']} | {shares} | {policy['plain_blocks']} / "
+                     f"{policy['drafted_blocks']} | {_fmt(policy['tau_drafted'], '{:.2f}')} | "
+                     f"{_fmt(policy['predicted_tokens_per_ms'], '{:.4f}')} | "
+                     f"{_fmt(policy['measured_tokens_per_ms'], '{:.4f}')} |")
+    return lines
 
 
 def _drafters(dflash) -> str:

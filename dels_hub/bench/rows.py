@@ -47,6 +47,7 @@ class Sample:
     time_to_first_token: float
     total_seconds: float
     peak_memory_bytes: int | None = None
+    policy: dict | None = None  # what our loop's draft policy chose (``DeLSGenerateOutput.policy_summary``)
 
 
 @dataclass
@@ -63,29 +64,36 @@ class Row:
     compare_to_base: str | None = None  # a "+ copy" row's row without the copy expert, idem
     compare_to_full_vocab: str | None = None  # a pruned-vocabulary row's row that drafts over every token, idem
     compare_to_peer: str | None = None  # a "+ copy" row's model-free copier (prompt lookup) in the same run, idem
+    compare_to_policy: str | None = None  # a cost-aware row's fixed-blocks twin, idem
 
     def generate(self, input_ids: torch.Tensor, sampling: Sampling, seed: int) -> Sample:
         raise NotImplementedError
 
 
 class LoopRow(Row):
-    """``DeLSGenerator.generate``: ``block_size=1`` is the target alone through the same loop."""
+    """``DeLSGenerator.generate``: ``block_size=1`` is the target alone through the same loop. ``policy`` and
+    ``draft_mode`` as in ``generate`` (None: the generator's)."""
 
-    def __init__(self, name, kind, generator, block_size, head=None, alpha=None, beta=None):
+    def __init__(self, name, kind, generator, block_size, head=None, alpha=None, beta=None, policy=None,
+                 draft_mode=None):
         super().__init__(name=name, kind=kind, block_size=block_size, head=head)
         self.generator = generator
         self.alpha, self.beta = alpha, beta
+        self.policy, self.draft_mode = policy, draft_mode
 
     def generate(self, input_ids, sampling, seed):
         fusion = {"alpha": self.alpha, "beta": self.beta} if self.generator.head is not None else {}
         synchronize(input_ids.device)
         started = time.perf_counter()
+        choices = {name: value for name, value in (("policy", self.policy), ("draft_mode", self.draft_mode))
+                   if value is not None}
         out = self.generator.generate(
             input_ids,
             block_size=self.block_size,
             seed=seed,
             return_dict_in_generate=True,
             **fusion,
+            **choices,
             **sampling.generate_kwargs(),
         )
         synchronize(input_ids.device)
@@ -96,9 +104,10 @@ class LoopRow(Row):
             # The loop times its prefill itself; argument handling before it counts as time to first token.
             time_to_first_token=total - out.decode_seconds,
             total_seconds=total,
+            policy=out.policy_summary,
         )
 
 
-def plain_decoding_row(name: str, generator) -> LoopRow:
+def plain_decoding_row(name: str, generator, draft_mode=None) -> LoopRow:
     """Block size 1 through the loop: plain autoregressive decoding, the baseline of every speedup."""
-    return LoopRow(name, "target", generator, 1)
+    return LoopRow(name, "target", generator, 1, draft_mode=draft_mode)

@@ -21,6 +21,8 @@ from ..copy_expert import DEFAULT_GAMMA, CopySettings
 from ..draft_vocabulary import most_frequent
 from ..errors import BenchArgumentError
 from ..generation import DeLSGenerator
+from ..generation.generator import DRAFT_MODES
+from ..generation.policy import POLICIES, pooled
 from ..generation.settings import checked_block_size
 from ..loading import load_dflash, load_head
 from ..locations import model_location
@@ -81,6 +83,13 @@ class BenchSettings:
     draft_vocab: int | None = option(None, "add a 'vocab N' row beside every DFlash and DeLS row (and + copy row): "
                                      "the drafter scores only the N most frequent tokens, by the first head's "
                                      "unigram counts", metavar="N")
+    policies: list = option(default_factory=lambda: ["cost-aware"], name="policy", nargs="+", choices=POLICIES,
+                            metavar="POLICY",
+                            help="the draft policies of the speculative rows: cost-aware (the default) and/or "
+                                 "fixed (every draft verified); with both, each row runs under each, paired")
+    draft_mode: str = option("top", f"at T > 0, one of {', '.join(DRAFT_MODES)}: top-token drafts matched against "
+                             "the target's samples, or sampled drafts verified by rejection sampling",
+                             choices=DRAFT_MODES)
     seed: int = option(0, "prompt subset and sampling seed")
     out: str | None = option(None, "where results.json, results.md, samples.jsonl and the PNGs go (the Python "
                              "API's None writes nothing)", cli_default="bench-out", metavar="DIR")
@@ -119,6 +128,11 @@ class BenchSettings:
             (self.draft_vocab is None or (self.draft_vocab >= 1 and bool(self.heads)),
              f"draft_vocab counts tokens with the first head's unigram counts: give a head and N >= 1, got "
              f"draft_vocab={self.draft_vocab} with {len(self.heads or [])} heads"),
+            (bool(self.policies) and all(p in POLICIES for p in self.policies)
+             and len(set(self.policies)) == len(self.policies),
+             f"policies must be distinct values of {list(POLICIES)}, got {self.policies!r}"),
+            (self.draft_mode in DRAFT_MODES,
+             f"draft_mode must be one of {list(DRAFT_MODES)}, got {self.draft_mode!r}"),
             (self.engine is None or self.batch_size is None,
              "--engine measures its own concurrency; it does not combine with --batch-size"),
             (self.engine is None or Path(str(self.engine)).is_file(),
@@ -236,7 +250,7 @@ def build_rows(
     target, drafter, tokenizer = generator.target, generator.drafter, generator.tokenizer
     pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id
     rows: list[Row] = [
-        plain_decoding_row(BASELINE, DeLSGenerator(target, drafter, None, tokenizer)),
+        plain_decoding_row(BASELINE, DeLSGenerator(target, drafter, None, tokenizer), settings.draft_mode),
         target_generate_row(target, pad),
     ]
     heads = [load_head(head).to(device=target.device, dtype=target.dtype) for head in settings.heads]
@@ -260,6 +274,7 @@ def build_rows(
             rows += copy_rows(settings, row, fused)
     if settings.draft_vocab:
         rows += vocab_rows(rows, most_frequent(heads[0].unigram_counts, settings.draft_vocab))
+    rows = policy_rows(rows, settings.policies, settings.draft_mode)
     wanted = settings.peer_names
     skipped = [{"row": f"transformers {name}", "reason": "not asked for (peers)"}
                for name in PEERS if name not in wanted]
@@ -307,6 +322,29 @@ def vocab_rows(rows: list[Row], token_ids) -> list[LoopRow]:
     return pruned
 
 
+def policy_rows(rows: list[Row], policies: list[str], draft_mode: str) -> list[Row]:
+    """Every speculative row under the first policy (its own name), then again under each other policy (named
+    ``"... [policy]"``, compared with twins of the same policy); a cost-aware row is paired with its fixed twin."""
+    speculative = [row for row in rows if row.kind in ("dflash", "dels")]
+    for row in speculative:
+        row.policy, row.draft_mode = policies[0], draft_mode
+    twins: dict[str, dict[str, LoopRow]] = {row.name: {policies[0]: row} for row in speculative}
+    extra = []
+    for policy in policies[1:]:
+        renamed = {row.name: f"{row.name} [{policy}]" for row in speculative}
+        for row in speculative:
+            twin = LoopRow(renamed[row.name], row.kind, row.generator, row.block_size, row.head, row.alpha, row.beta,
+                           policy, draft_mode)
+            for link in ("compare_to", "compare_to_head", "compare_to_base", "compare_to_full_vocab"):
+                setattr(twin, link, renamed.get(getattr(row, link)))
+            twins[row.name][policy] = twin
+            extra.append(twin)
+    for pair in twins.values():
+        if "cost-aware" in pair and "fixed" in pair:
+            pair["cost-aware"].compare_to_policy = pair["fixed"].name
+    return rows + extra
+
+
 # -- measuring -------------------------------------------------------------------------------------------
 
 
@@ -339,6 +377,7 @@ class PromptRun:
             "tpot": decode_seconds / decode_tokens if decode_tokens else None,
             "tokens_per_second": len(self.tokens) / total if total > 0 else None,
             "peak_memory_bytes": max(peaks) if peaks else None,
+            "policy": pooled([s.policy for s in self.samples]),
         }
 
 
@@ -481,11 +520,13 @@ def summarize(rows: list[Row], runs: dict, prompts: list[Prompt], greedy: dict |
             "speedup": stats.speedup(tpot[BASELINE], tpot[row.name]),
             "speedup_vs_target_generate": stats.speedup(tpot[REFERENCE], tpot[row.name]),
             "greedy_match": None if greedy is None else (row.name == REFERENCE or not greedy["mismatches"][row.name]),
+            "policy": pooled([r["policy"] for r in recs]),
             "per_prompt": recs,
         }
         for key, base in (("gain_over_dflash", row.compare_to), ("gain_over_first_head", row.compare_to_head),
                           ("gain_of_copy", row.compare_to_base), ("gain_of_draft_vocab", row.compare_to_full_vocab),
-                          ("gain_over_prompt_lookup", row.compare_to_peer)):
+                          ("gain_over_prompt_lookup", row.compare_to_peer),
+                          ("gain_over_fixed_blocks", row.compare_to_policy)):
             if base in records:
                 summary[key] = gain_over(records[base], recs, tpot[base], tpot[row.name]) | {"baseline": base}
         summaries.append(summary)

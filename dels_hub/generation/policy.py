@@ -118,6 +118,12 @@ class PolicyStats:
             "tau_drafted": self.drafted_tokens / self.drafted_blocks if self.drafted_blocks else None,
             "predicted_tokens_per_ms": self.predicted_tokens / self.predicted_ms if self.predicted_ms else None,
             "measured_tokens_per_ms": self.committed_tokens / self.measured_ms if self.measured_ms else None,
+            # the sums behind the rates, so that runs can be pooled (the bench sums them over prompts)
+            "predicted_tokens": self.predicted_tokens,
+            "predicted_ms": self.predicted_ms,
+            "committed_tokens": self.committed_tokens,
+            "measured_ms": self.measured_ms,
+            "drafted_tokens": self.drafted_tokens,
         }
 
 
@@ -247,3 +253,26 @@ def make_policy(name: str, cost: CostModel | None, widths: tuple[int, ...] | Non
 def is_policy(value) -> bool:
     """A policy object a caller built (e.g. ``CostAware`` over a cost model of their own), not a name."""
     return isinstance(value, (FixedBlocks, CostAware))
+
+
+def pooled(summaries: list[dict | None]) -> dict | None:
+    """Several calls' ``PolicyStats.summary`` as one: counts and sums added, rates recomputed from the sums (the
+    bench pools a row's prompts and turns this way). None when no call reported one."""
+    summaries = [s for s in summaries if s]
+    if not summaries:
+        return None
+    chosen: Counter = Counter()
+    for summary in summaries:
+        chosen.update({int(d): n for d, n in summary["chosen_drafts"].items()})
+    total = {name: sum(s[name] for s in summaries)
+             for name in ("drafted_blocks", "plain_blocks", "predicted_tokens", "predicted_ms", "committed_tokens",
+                          "measured_ms", "drafted_tokens")}
+    return {
+        "policy": summaries[0]["policy"],
+        "chosen_drafts": dict(sorted(chosen.items())),
+        **total,
+        "tau_drafted": total["drafted_tokens"] / total["drafted_blocks"] if total["drafted_blocks"] else None,
+        "predicted_tokens_per_ms": (total["predicted_tokens"] / total["predicted_ms"] if total["predicted_ms"]
+                                    else None),
+        "measured_tokens_per_ms": total["committed_tokens"] / total["measured_ms"] if total["measured_ms"] else None,
+    }
