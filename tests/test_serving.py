@@ -45,6 +45,20 @@ def test_the_speculative_config_is_what_vllm_takes(parts):
         vllm_speculative_config(parts["dflash"] + "-missing")
 
 
+def test_vllms_dynamic_speculation_is_passed_through_and_checked_first(parts, capsys):
+    config = vllm_speculative_config(parts["dflash"], per_batch_size=[(1, 4, 7), (5, 256, 0)])
+    assert config["num_speculative_tokens_per_batch_size"] == [[1, 4, 7], [5, 256, 0]]
+    for bad, message in (([(2, 4, 7)], "start at batch size 1"), ([(1, 4, 9)], "asks for 9 drafts; expected 0..7"),
+                         ([(1, 4, 3), (4, 8, 2)], "start at batch size 5"), ([], "non-empty list"),
+                         ([(1, 4)], "is not \\[first batch size")):
+        with pytest.raises(ServingError, match=message):
+            vllm_speculative_config(parts["dflash"], per_batch_size=bad)
+    assert cli.main(["serve", parts["target"], "--dflash", parts["dflash"], "--drafts-per-batch-size",
+                     "[[1, 8, 7], [9, 64, 3]]", "--dry-run"]) == 0
+    printed = json.loads(shlex.split(capsys.readouterr().out)[-1])
+    assert printed["num_speculative_tokens_per_batch_size"] == [[1, 8, 7], [9, 64, 3]]
+
+
 def test_a_bad_pairing_fails_before_vllm_starts(parts):
     check_pairing(parts["target"], parts["dflash"])  # the same checks as from_pretrained, on meta tensors
     with pytest.raises(HiddenSizeMismatchError):

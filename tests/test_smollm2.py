@@ -86,9 +86,11 @@ def test_a_left_padded_batch_of_4_equals_the_targets_own_batched_greedy(smollm2)
     assert not bool(batch["attention_mask"].all()), "the prompts should differ in length"
     settings = dict(max_new_tokens=48, do_sample=False, pad_token_id=tokenizer.pad_token_id or tokenizer.eos_token_id)
     expected = target.generate(**batch, **settings)
-    out = generator.generate(**batch, **settings, return_dict_in_generate=True)
+    out = generator.generate(**batch, **settings, return_dict_in_generate=True, policy="fixed")
     assert torch.equal(out.sequences, expected)
     assert len(out.row_tau) == 4 and out.tau > 1.0
+    adaptive = generator.generate(**batch, **settings, return_dict_in_generate=True)  # the cost-aware default
+    assert torch.equal(adaptive.sequences, expected)
 
 
 def test_serve_dry_run_names_the_gguf_file_and_its_tokenizer(capsys):

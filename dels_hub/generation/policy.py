@@ -276,3 +276,14 @@ def pooled(summaries: list[dict | None]) -> dict | None:
                                     else None),
         "measured_tokens_per_ms": total["committed_tokens"] / total["measured_ms"] if total["measured_ms"] else None,
     }
+
+
+def describe_policy(summary: dict | None) -> str:
+    """One line on what the draft policy chose: plain steps, drafted blocks and how many drafts each verified (what
+    ``dels-hub generate`` and the demo print)."""
+    if not summary:
+        return "policy: no blocks"
+    chosen = ", ".join(f"{d}: {n}" for d, n in summary["chosen_drafts"].items())
+    tau = summary["tau_drafted"]
+    return (f"policy {summary['policy']}: {summary['plain_blocks']} plain steps, {summary['drafted_blocks']} drafted "
+            f"blocks{f' (tau {tau:.2f})' if tau else ''}; drafts verified per block {{{chosen}}}")
