@@ -30,6 +30,7 @@ from transformers import Qwen3Config, Qwen3ForCausalLM
 from dels_hub import DeLSGenerator, DeLSLocalHead, DeLSLocalHeadConfig, DFlashConfig, DFlashDraftModel, verify
 from dels_hub.generation import decode
 from dels_hub.generation.decode import static_cache_supported
+from dels_hub.generation.policy import describe_policy, pooled
 
 # Published Qwen3 shapes (config.json of Qwen/Qwen3-4B and Qwen/Qwen3-8B).
 SHAPES = {
@@ -245,6 +246,21 @@ def target_alone(target, prompts, new_tokens, repeats):
     return dict(tokens_per_s=statistics.median(rates))
 
 
+def cost_aware(generator, prompts, new_tokens):
+    """The default cost-aware policy with the real verifier and the head: tokens/s, what it chose, and the cost table
+    it calibrated on this device (a verify's milliseconds at every width: the figure that decides whether trees and
+    long blocks can pay here)."""
+    generator.generate(prompts[0], max_new_tokens=new_tokens, eos_token_id=None)  # calibrates, once per device
+    rates, summaries = [], []
+    for input_ids in prompts:
+        out = generator.generate(input_ids, max_new_tokens=new_tokens, eos_token_id=None, return_dict_in_generate=True)
+        rates.append((out.num_new_tokens - 1) / out.decode_seconds)
+        summaries.append(out.policy_summary)
+    (cost, *_) = generator.cost_models
+    return dict(tokens_per_s=statistics.median(rates), policy=pooled(summaries), verify_ms=cost.verify_ms,
+                draft_ms=cost.draft_ms)
+
+
 def variants(args):
     """(label, fast, compiled, with head): the eager DynamicCache loop first (the reference of every speedup).
     Compiled, the head runs inside the draft graph, so its cost is the graphs row minus the same row without it."""
@@ -333,6 +349,8 @@ def bench_shape(name, args, device, dtype, result: dict, save):
     }
     save()
     result["target_generate"] = attempt(target_alone, target, prompts, args.new_tokens, args.repeats)
+    save()
+    result["cost_aware"] = attempt(cost_aware, generator, prompts, args.new_tokens)
     del target, drafter, head, generator
     if torch.device(device).type == "cuda":
         result["peak_memory_gib"] = torch.cuda.max_memory_allocated() / 2**30
@@ -355,6 +373,10 @@ def print_table(result):
           f"eager {rate(at_1['eager'])}")
     header = (f"{'k':>3} {'path':>6} {'block ms':>9} {'verify':>7} {'draft':>7} {'head':>7} {'overhd':>7} "
               f"{'head %':>7} {'ovh %':>6} {'tok/s':>8} {'vs tgt':>7} {'vs eag':>7}")
+    policy = result.get("cost_aware", {})
+    if "verify_ms" in policy:
+        print(f"cost-aware policy: {rate(policy)}; verify ms by width {[round(ms, 2) for ms in policy['verify_ms']]}, "
+              f"draft {policy['draft_ms']:.2f} ms; {describe_policy(policy['policy'])}")
     print(header)
     for row in result["rows"]:
         for label in [key for key in row if isinstance(row[key], dict)]:

@@ -451,3 +451,5 @@ def test_gpu_bench_script_writes_every_row_on_smoke_shapes(tmp_path):
             assert row[path]["graph_counters"]["cudagraph_skips"] == 0
             assert row[path]["parts_ms"]["draft"] > 0 and row[path]["parts_ms"]["head"] is None
     assert result["target_generate"]["tokens_per_s"] > 0
+    policy = result["cost_aware"]  # the default policy with the real verifier, and the device's cost table
+    assert policy["tokens_per_s"] > 0 and len(policy["verify_ms"]) == 16 and policy["policy"]["policy"] == "cost-aware"

@@ -164,6 +164,12 @@ class DeLSGenerator:
     def device(self) -> torch.device:
         return self.target.device
 
+    @property
+    def cost_models(self) -> list:
+        """The cost models the cost-aware policy has used so far (one per calibration key), with their online
+        ratios: ``verify_ms`` by width and ``draft_ms`` say what a block costs on this device."""
+        return list(self._cost_models.values())
+
     def generate(
         self,
         input_ids=None,
