@@ -9,10 +9,10 @@ from .dflash import DFlashConfig, DFlashDraftModel, build_target_layer_ids
 from .families import FAMILIES, TokenizerFamily, family_of, get_family
 from .fingerprint import tokenizer_fingerprint
 from .fusion import fuse_logits, fusion_weights
-from .generation import DeLSGenerateOutput, DeLSGenerator
+from .generation import CostAware, CostModel, DeLSGenerateOutput, DeLSGenerator, FixedBlocks
 from .heads import DeLSLocalHead, DeLSLocalHeadConfig
 from .sampling import Warping, sample, warp_probs
-from .verify import verify_greedy, verify_rejection
+from .verify import verify_greedy, verify_match, verify_rejection
 
 AutoConfig.register(DeLSLocalHeadConfig.model_type, DeLSLocalHeadConfig, exist_ok=True)
 AutoModel.register(DeLSLocalHeadConfig, DeLSLocalHead, exist_ok=True)
@@ -22,6 +22,8 @@ __version__ = "0.1.0"
 __all__ = [
     "CopyChain",
     "CopySettings",
+    "CostAware",
+    "CostModel",
     "DFlashConfig",
     "DFlashDraftModel",
     "DeLSGenerateOutput",
@@ -29,6 +31,7 @@ __all__ = [
     "DeLSLocalHead",
     "DeLSLocalHeadConfig",
     "FAMILIES",
+    "FixedBlocks",
     "TokenizerFamily",
     "Warping",
     "build_target_layer_ids",
@@ -41,6 +44,7 @@ __all__ = [
     "sample",
     "tokenizer_fingerprint",
     "verify_greedy",
+    "verify_match",
     "verify_rejection",
     "warp_probs",
 ]
