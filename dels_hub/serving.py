@@ -26,7 +26,7 @@ from .checks import check_compatibility
 from .dflash import DFlashConfig, DFlashDraftModel
 from .errors import BlockSizeError, ServingError
 from .loading import load_head, tokenizer_for
-from .locations import model_location
+from .locations import model_location, with_gguf_file
 from .vllm_plugin import write_drafter_folder
 
 
@@ -94,6 +94,7 @@ def check_pairing(target, dflash, head=None, **target_kwargs) -> None:
     is loaded as ``from_pretrained`` loads it (an adapter over its base head, merged)."""
     target_location = model_location(target, "target")
     dflash_location = model_location(dflash, "DFlash drafter")
+    target_kwargs = with_gguf_file(target, target_kwargs, "target")
     target_config = AutoConfig.from_pretrained(target_location, **target_kwargs)
     with torch.device("meta"):
         target_model = AutoModelForCausalLM.from_config(target_config)
@@ -106,6 +107,7 @@ def vllm_serve_command(target, dflash, head=None, num_speculative_tokens=None, e
                        **target_kwargs) -> list:
     """``vllm serve`` with the speculative config, after the pairing check (a bad pairing fails here, before any
     folder is written). ``fusion``: alpha, beta, pure_prefix_len and folder for ``vllm_speculative_config``."""
+    target_kwargs = with_gguf_file(target, target_kwargs, "target")  # the GGUF file is vLLM's model, below
     check_pairing(target, dflash, head, **target_kwargs)
     config = vllm_speculative_config(dflash, head, num_speculative_tokens, **(fusion or {}))
     model, extra = model_location(target, "target"), list(extra)

@@ -19,6 +19,8 @@ from dels_hub.errors import (
     UnsupportedInputError,
     VocabSizeMismatchError,
 )
+from dels_hub.generation.cost_model import CostModel
+from dels_hub.generation.policy import BlockPlan, CostAware
 
 from conftest import SMALL_VOCAB, VOCAB, make_dflash, make_head, make_target, make_tokenizer, small_prompts
 
@@ -185,6 +187,45 @@ def test_sampling_under_the_cost_aware_policy_matches_the_target_distribution(sm
     expected = exact_distribution(target, input_ids, Warping(0.7, 4, 1.0), new_tokens)
     counts = sampled_counts(generator, input_ids, samples, new_tokens, temperature=0.7, top_k=4, top_p=1.0)
     assert chi_square_pvalue(counts, expected, samples) > 1e-3
+
+
+@pytest.mark.parametrize("draft_mode", ["top", "sampled"])
+def test_sampling_matches_the_target_distribution_when_the_policy_picks_widths(small, draft_mode):
+    """A cost table where verifying one draft pays only for a confident one: top-token blocks verify 0 or 1 drafts
+    by the drafts' confidence, sampled ones every draft (choosing from sampled drafts would bias), plain steps in
+    between. Still the target's distribution."""
+    target = small["qwen3"]
+    table = CostModel(key={}, verify_ms=[10.0, 13.0, 1e6, 1e6], draft_ms=0.0, refine=False)
+    generator = DeLSGenerator(target, make_dflash(4, SMALL_VOCAB - 1, vocab=SMALL_VOCAB), small["head"],
+                              small["tokenizer"], policy=CostAware(table), draft_mode=draft_mode)
+    input_ids, new_tokens, samples = small_prompts(count=1)[0], 3, 2500
+    expected = exact_distribution(target, input_ids, Warping(0.7, 4, 1.0), new_tokens)
+    counts = sampled_counts(generator, input_ids, samples, new_tokens, temperature=0.7, top_k=4, top_p=1.0)
+    assert chi_square_pvalue(counts, expected, samples) > 1e-3
+
+
+class PeekingPolicy(CostAware):
+    """Negative control: drafts every block and verifies the first draft only when the drafter was unsure of it, a
+    width chosen from what was sampled."""
+
+    def draft_now(self, match_lengths):
+        return True
+
+    def plan(self, confidence, block_size, rows):
+        width = 2 if confidence[0][0] < 0.5 else 1
+        return BlockPlan(True, width, [width - 1], None, 1.0, confidence)
+
+
+def test_negative_control_a_width_chosen_from_sampled_drafts_is_detected(small, monkeypatch):
+    monkeypatch.setattr("dels_hub.generation.decode.width_may_follow_drafts", lambda sampled_drafts: True)
+    target = small["qwen3"]
+    table = CostModel(key={}, verify_ms=[10.0] * 4, draft_ms=0.0, refine=False)
+    generator = DeLSGenerator(target, make_dflash(4, SMALL_VOCAB - 1, vocab=SMALL_VOCAB), small["head"],
+                              small["tokenizer"], policy=PeekingPolicy(table), draft_mode="sampled")
+    input_ids, samples = small_prompts(count=1)[0], 2500
+    expected = exact_distribution(target, input_ids, Warping(0.7, 4, 1.0), 3)
+    counts = sampled_counts(generator, input_ids, samples, 3, temperature=0.7, top_k=4, top_p=1.0)
+    assert chi_square_pvalue(counts, expected, samples) < 1e-6
 
 
 def accept_every_top_draft(draft_ids, p_target, generator=None, draws=None):

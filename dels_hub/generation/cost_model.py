@@ -2,9 +2,8 @@
 under a key of everything that changes it, and refined online from the loop's own block timings.
 
 The cost-aware policy (``policy.py``) divides expected committed tokens by these costs. A block that drafts costs
-``draft_ms + verify_ms[w - 1]``; a plain step (no draft) costs ``verify_ms[0]``. On this CPU the verify cost is not
-monotone in w: MKL's float32 GEMM takes a slow path for 2 and 3 rows (scripts/profile_block.py), so a verify of 2 or 3
-tokens costs more than one of 4. Measuring every width, not fitting a line, is what lets the policy avoid them.
+``draft_ms + verify_ms[w - 1]``; a plain step (no draft) costs ``verify_ms[0]``. The verify cost need not be monotone
+in w (a CPU's GEMM may take a slower path for a few rows than for more), so every width is measured, not fitted.
 
 Online refinement: the loop times each block between its host syncs (no extra sync), and each kind of block (plain,
 drafted) keeps a running ratio of measured to calibrated time, so a cost table taken at another context length, or
@@ -23,12 +22,17 @@ from pathlib import Path
 import torch
 
 from ..compat import cache_kwarg_name, synchronize
+from ..files import write_text_atomic
 from .caches import DynamicTargetCache, StaticSlotCache
 from .drafting import context_features
+from .graph_steps import verify_step
 
 CALIBRATION_CONTEXT = 128  # tokens of context the calibration verifies and drafts after
 CALIBRATION_REPEATS = 3  # timed calls per measurement, after one warm-up; the median is kept
 REFINE_RATE = 0.1  # weight of one block's timing in the running measured/calibrated ratio
+# One block's measured/calibrated ratio is clipped to this range before it is folded in: a stall (another process,
+# a page fault, a compile) says little about the next block, and must not switch drafting off on its own.
+RATIO_RANGE = (0.5, 2.0)
 COST_MODEL_VERSION = 1  # bump when what is measured changes: old cache files are then ignored
 
 
@@ -75,11 +79,11 @@ class CostModel:
         self.observed["drafted" if drafted else "plain"] += 1
         if not self.refine:
             return
+        calibrated = self.draft_ms + self.verify_ms[width - 1] if drafted else self.verify_ms[0]
+        ratio = min(max(measured_ms / calibrated, RATIO_RANGE[0]), RATIO_RANGE[1])
         if drafted:
-            ratio = measured_ms / (self.draft_ms + self.verify_ms[width - 1])
             self.draft_scale += REFINE_RATE * (ratio - self.draft_scale)
         else:
-            ratio = measured_ms / self.verify_ms[0]
             self.plain_scale += REFINE_RATE * (ratio - self.plain_scale)
 
     def to_json(self) -> dict:
@@ -88,10 +92,7 @@ class CostModel:
 
     def save(self, path: Path) -> None:
         """Write the calibration (not the online ratios) atomically: a crash never leaves half a file."""
-        path.parent.mkdir(parents=True, exist_ok=True)
-        partial = path.with_suffix(".partial")
-        partial.write_text(json.dumps(self.to_json(), indent=1))
-        partial.replace(path)
+        write_text_atomic(path, json.dumps(self.to_json(), indent=1))
 
     @classmethod
     def load(cls, path: Path, key: dict) -> "CostModel | None":
@@ -150,12 +151,15 @@ def median_ms(work, device, repeats: int = CALIBRATION_REPEATS) -> float:
 
 @torch.inference_mode()
 def calibrate(target, drafting, *, block_size: int, batch: int, static_cache: bool, verify, draft, key: dict,
-              repeats: int = CALIBRATION_REPEATS) -> CostModel:
-    """Time a verify of every width 1..``block_size`` and one draft, for ``batch`` rows after a context of
-    ``CALIBRATION_CONTEXT`` tokens, with the loop's own step functions (``verify``: ``graph_steps.verify_step`` or
-    its compiled graph; ``draft``: ``graph_steps.draft_step``)."""
+              widths: tuple[int, ...] | None = None, repeats: int = CALIBRATION_REPEATS) -> CostModel:
+    """Time a verify of each width in ``widths`` (default 1..``block_size``) and one draft, for ``batch`` rows after
+    a context of ``CALIBRATION_CONTEXT`` tokens, with the loop's own step functions (``verify``:
+    ``graph_steps.verify_step`` or its compiled graph; ``draft``: ``graph_steps.draft_step``). A width left out (a
+    compiled run verifies only a few, one graph each) costs what the next measured width does: a verify could pad
+    up to it. The context is read eagerly, so a compiled verify sees only the widths it will see in the loop."""
     device, drafter = target.device, drafting.drafter
     width = CALIBRATION_CONTEXT
+    widths = tuple(range(1, block_size + 1)) if widths is None else tuple(sorted(set(widths) | {block_size}))
     # Token ids from the embedding's range; what they are does not change what a forward costs.
     ids = torch.arange(width * batch, device=device).view(batch, width) % target.config.vocab_size
     size = width + block_size
@@ -163,25 +167,28 @@ def calibrate(target, drafting, *, block_size: int, batch: int, static_cache: bo
     cache_arg = cache_kwarg_name(type(target))
     target_cache = (StaticSlotCache(size, target.config.num_hidden_layers, device, target.dtype) if static_cache
                     else DynamicTargetCache())
-    _, hidden_states = verify(target, ids, positions[:, :width], target_cache, cache_arg)
-    verify_ms = []
-    for w in range(1, block_size + 1):
+    _, hidden_states = verify_step(target, ids, positions[:, :width], target_cache, cache_arg)
+    measured = {}
+    for w in widths:
         def step(w=w):
             verify(target, ids[:, -w:], positions[:, width : width + w], target_cache, cache_arg)
             target_cache.keep(width)
 
-        verify_ms.append(median_ms(step, device, repeats))
-    features = context_features(hidden_states, drafter.config.target_layer_ids)[:, -block_size:]
+        measured[w] = median_ms(step, device, repeats)
+    verify_ms = [measured[min(m for m in widths if m >= w)] for w in range(1, block_size + 1)]
+    # As in the loop: the context is the last block's rows before the anchor (position width - 1), then the block.
+    anchor = width - 1
+    features = context_features(hidden_states, drafter.config.target_layer_ids)[:, anchor - block_size : anchor]
     draft_cache = StaticSlotCache(size + block_size, drafter.config.num_hidden_layers, device, drafter.dtype)
     block = torch.full((batch, block_size), drafter.config.mask_token_id, dtype=torch.long, device=device)
     block[:, 0] = ids[:, -1]
     tokens = torch.cat([ids, block], dim=1)
     real = torch.ones((batch, block_size), dtype=torch.bool, device=device)
-    anchor = torch.full((batch,), width - 1, device=device)
+    anchor_at = torch.full((batch,), anchor, device=device)
 
     def drafted():
-        draft(drafting, features, positions[:, width - block_size : width], real, block,
-              positions[:, width - 1 : width - 1 + block_size], draft_cache, None, tokens, anchor)
+        draft(drafting, features, positions[:, anchor - block_size : anchor], real, block,
+              positions[:, anchor : anchor + block_size], draft_cache, None, tokens, anchor_at)
 
     return CostModel(key=key, verify_ms=verify_ms, draft_ms=median_ms(drafted, device, repeats))
 

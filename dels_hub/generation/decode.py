@@ -23,9 +23,9 @@ the batch (its caches are compacted once), so it costs no more compute.
 
 Each block makes one device-to-host transfer after its verify: every row's committed count and stop, packed together
 (the tokens are committed on the device, so the cost-aware policy's copy signal can travel with them). Under the
-cost-aware policy (``policy.py``) a block that drafts makes one more, of the drafts' confidences ``[B, k]``: the width
-of the verify depends on them. A block the policy does not draft is a plain step: a verify of the anchor alone, and
-the drafter reads the context it missed the next time it drafts.
+cost-aware policy (``policy.py``) a block that drafts greedy or top-token drafts makes one more, of the drafts'
+confidences ``[B, k]``: the width of the verify depends on them. A block the policy does not draft is a plain step:
+a verify of the anchor alone, and the drafter reads the context it missed the next time it drafts.
 """
 
 import time
@@ -78,8 +78,8 @@ class PaddedDraft:
     cache: StaticSlotCache
     context_real: torch.Tensor  # [B, C] bool: which context rows are real (the rest are padding)
     anchor_at: torch.Tensor  # [B]: each row's anchor position, for the copy expert
-    context_positions: torch.Tensor  # [B, C]: positions of the context rows (the last verify's, or the prompt's,
-    # then one per plain step taken since the drafter last ran)
+    # [B, C]: positions of the context rows: the last verify's (or the prompt's), then one per plain step since
+    context_positions: torch.Tensor
     races: torch.Tensor | None  # [B, k, V] Exp(1) draws, refilled in place each block (None when greedy)
 
 
@@ -111,10 +111,11 @@ class DecodeState:
     @classmethod
     def allocate(cls, target, drafter, input_ids, lengths: torch.Tensor, settings: DecodeSettings, *,
                  static_cache: bool, padded_draft: bool, sequential: bool, compile: bool, workspace: dict,
-                 trash: int, sampled_drafts: bool) -> "DecodeState":
+                 trash: int, sampled_drafts: bool, confidence: bool) -> "DecodeState":
         """``lengths [B]``: each row's real prompt length. ``sequential``: drafts are chosen one position at a time
         (a head or the copy expert votes). ``trash``: slots past every position for padding rows (0 when the
-        prompt has no padding)."""
+        prompt has no padding). ``sampled_drafts``: drafts are sampled (``q`` is kept). ``confidence``: the
+        drafts' probabilities are reported (the policy chooses the verify's width from them)."""
         device, (rows, width), block_size = input_ids.device, input_ids.shape, settings.block_size
         # The last verify starts below max_len - 1 and covers block_size slots.
         cache_len = width + settings.max_new_tokens + block_size
@@ -156,7 +157,7 @@ class DecodeState:
             draft_cache = StaticDraftCache(cache_len, drafter.config.num_hidden_layers)
             if sequential and sampled_drafts and k > 0:
                 q_buffer = torch.empty((rows, k, vocab), dtype=torch.float32, device=device)
-        confidence = torch.empty((rows, k), dtype=torch.float32, device=device) if k > 0 else None
+        confidence = torch.empty((rows, k), dtype=torch.float32, device=device) if confidence and k > 0 else None
         positions = torch.arange(cache_len + block_size, device=device).unsqueeze(0)
         budget = torch.full((rows,), settings.max_new_tokens - 1, dtype=torch.long, device=device)
         return cls(output=output, positions=positions, start_at=lengths.clone(), budget=budget,
@@ -236,10 +237,12 @@ def speculative_decode(
     key = torch.randint(0, 1 << 62, (), generator=generator, device=device) if match else None
     row_ids = torch.arange(batch, device=device)  # each row's original index, for its keyed draws
     draft_warping = Warping() if match else warping
+    sampled_drafts = not draft_warping.greedy
+    width_from_drafts = policy.needs_confidence and width_may_follow_drafts(sampled_drafts)
     drafting = Drafting(drafter, embed, lm_head,
                         graph_warping(draft_warping, device) if graph_draft else draft_warping, head,
                         head.log_prior().to(device) if head is not None else None, settings.alpha, settings.beta,
-                        settings.copy_weights)
+                        settings.copy_weights, confidence=width_from_drafts)
     # The cost-aware policy reads each row's copy match at its anchor, with the copy expert on.
     copy_signal = policy.needs_confidence and settings.copy_weights is not None and k > 0
 
@@ -249,7 +252,7 @@ def speculative_decode(
                                  padded_draft=padded_draft,
                                  sequential=head is not None or settings.copy_weights is not None, compile=compile,
                                  workspace={} if workspace is None else workspace, trash=width if padding else 0,
-                                 sampled_drafts=not draft_warping.greedy)
+                                 sampled_drafts=sampled_drafts, confidence=width_from_drafts)
     verify = compiled(verify_step, device) if compile else verify_step
     draft_graph = compiled(draft_step, device) if graph_draft else None
 
@@ -270,9 +273,10 @@ def speculative_decode(
     else:
         first, _ = choose(logits[:, -1], warping, generator)
     state.output.scatter_(1, state.start_at.unsqueeze(1), first.unsqueeze(1))
-    features = context_features(hidden_states, layer_ids)
-    if padding:  # realigned like the tokens: each row's real features first
+    features = context_features(hidden_states, layer_ids) if k > 0 else None  # what the drafter reads next
+    if padding and k > 0:  # realigned like the tokens: each row's real features first
         features = realigned(features, length_at)
+    plain_steps: list[tuple[torch.Tensor, torch.Tensor]] = []  # each plain step's features and positions since
     if compile:  # the graphs write into these buffers in place: their addresses are part of the graph
         for buffer in state.target_cache.keys + state.target_cache.values:
             static(buffer)
@@ -301,8 +305,9 @@ def speculative_decode(
             if not keep:
                 break
             kept = torch.tensor(keep, device=device)
+            features = joined(features, plain_steps, state.padded)
             state.keep_rows(kept)
-            features, row_ids = features[keep], row_ids[kept]
+            features, row_ids = None if features is None else features[keep], row_ids[kept]
             rows, starts, done = [rows[i] for i in keep], [starts[i] for i in keep], [False] * len(keep)
             match_lengths = None if match_lengths is None else [match_lengths[i] for i in keep]
         block_positions = state.start_at.unsqueeze(1) + state.block_index  # [B, bs]
@@ -313,17 +318,19 @@ def speculative_decode(
             torch.compiler.cudagraph_mark_step_begin()  # the previous block's graph outputs are no longer read
         # 2. Draft, or not: one DFlash forward over the new context and the block, then the head over the block.
         drafted = k > 0 and policy.draft_now(match_lengths)
-        if drafted and state.padded is not None:
-            # The graph has one context shape (the last verify's block_size rows); the first block's prompt and a
-            # context grown by plain steps run eagerly.
-            step = draft_step if first_block or draft_graph is None or features.shape[1] != k + 1 else draft_graph
-            q, confidence = draft_padded(state, drafting, features, block, block_positions, step, generator,
-                                         first=first_block)
-            first_block = False
-        elif drafted:
-            q, confidence = draft_eagerly(state, drafting, features, block, starts[0], generator)
+        prompt_draft = drafted and first_block  # it reads the whole prompt: a time no later block repeats
         if drafted:
-            plan = policy.plan(to_host(confidence) if policy.needs_confidence else None, k + 1, len(rows))
+            features = joined(features, plain_steps, state.padded)
+            if state.padded is not None:
+                # The graph has one context shape (the last verify's block_size rows); the first block's prompt and
+                # a context grown by plain steps run eagerly.
+                step = draft_step if first_block or draft_graph is None or features.shape[1] != k + 1 else draft_graph
+                q, confidence = draft_padded(state, drafting, features, block, block_positions, step, generator,
+                                             first=first_block)
+            else:
+                q, confidence = draft_eagerly(state, drafting, features, block, starts[0], generator)
+            first_block = False
+            plan = policy.plan(to_host(confidence) if width_from_drafts else None, k + 1, len(rows))
         else:
             plan = policy.plain(len(rows))
         width_now = plan.width
@@ -356,23 +363,25 @@ def speculative_decode(
             streamer.put(tokens[0, : counts[0]].cpu())
 
         # 5. Only the anchor and the accepted drafts become context; the new anchor (bonus) is not in the cache.
-        # A plain step leaves the drafter's context pending: it catches up the next time it drafts.
-        new_features = context_features(hidden_states, layer_ids)
-        if state.padded is not None:
-            features = padded_context(state.padded, features, new_features, block_positions, n_commit, drafted,
-                                      k + 1)
-            state.padded.anchor_at.copy_(state.start_at)
-        elif drafted:
-            features = new_features[:, : counts[0]]
-        else:
-            features = torch.cat([features, new_features[:, :1]], dim=1)
+        # A plain step's row waits in plain_steps: the drafter catches up the next time it drafts.
+        if k > 0:
+            new_features = context_features(hidden_states, layer_ids)
+            if not drafted:
+                plain_steps.append((new_features[:, :1], block_positions[:, :1]))
+            elif state.padded is not None:
+                features = padded_context(state.padded, new_features, block_positions, n_commit, state.block_index)
+            else:
+                features = new_features[:, : counts[0]]
+            if state.padded is not None:
+                state.padded.anchor_at.copy_(state.start_at)
         starts = [start + n for start, n in zip(starts, counts)]
         stopped = [bool(stop) for stop in stops]
         done = [stop or start + 1 - length >= max_new_tokens
                 for stop, start, length in zip(stopped, starts, (lengths[row] for row in rows))]
         for i, n in enumerate(counts):
             acceptance_lengths[rows[i]].append(n)
-        policy.observe(plan, counts, [not end for end in done], (now - last_sync) * 1e3, match_lengths)
+        policy.observe(plan, counts, [not end for end in done], (now - last_sync) * 1e3, match_lengths,
+                       timed=not prompt_draft)
         stats.record(plan, counts, (now - last_sync) * 1e3)
         match_lengths = signal[0] if copy_signal else None
         last_sync = now
@@ -392,22 +401,39 @@ def speculative_decode(
     )
 
 
-def padded_context(padded: PaddedDraft, features, new_features, block_positions, n_commit, drafted: bool,
-                   block_size: int) -> torch.Tensor:
-    """The padded drafter's next context after a verify of ``new_features [B, w, F]``: after a draft, that verify's
-    rows, padded to ``block_size`` (one graph shape) with the rejected ones marked padding; after a plain step, the
-    pending context grows by the step's one row."""
-    rows, width = new_features.shape[:2]
-    if drafted:
-        if width < block_size:
-            new_features = torch.cat([new_features, new_features.new_zeros((rows, block_size - width,
-                                                                            new_features.shape[-1]))], dim=1)
-        padded.context_positions = block_positions
-        padded.context_real = torch.arange(block_size, device=n_commit.device) < n_commit.unsqueeze(1)
-        return new_features
-    padded.context_positions = torch.cat([padded.context_positions, block_positions[:, :1]], dim=1)
-    padded.context_real = torch.cat([padded.context_real, padded.context_real.new_ones((rows, 1))], dim=1)
-    return torch.cat([features, new_features[:, :1]], dim=1)
+def width_may_follow_drafts(sampled_drafts: bool) -> bool:
+    """Whether the policy may choose how many drafts to verify from the drafts themselves. Greedy and top-token drafts
+    may: what they commit is the target's own choice, whatever was verified. Sampled drafts may not: rejection
+    sampling is exact only when which drafts face the verifier does not depend on what was sampled."""
+    return not sampled_drafts
+
+
+def joined(features, plain_steps: list, padded: PaddedDraft | None):
+    """The drafter's whole pending context: ``features`` (the last drafted block's rows), then one row per plain step
+    since, whose list is emptied. A padded draft's positions and mask grow with it. Plain steps only append, so a
+    long run of them costs one concatenation, not one per step."""
+    if not plain_steps:
+        return features
+    steps_features, steps_positions = zip(*plain_steps)
+    plain_steps.clear()
+    if padded is not None:
+        padded.context_positions = torch.cat([padded.context_positions, *steps_positions], dim=1)
+        real = padded.context_real
+        padded.context_real = torch.cat([real, real.new_ones((real.shape[0], len(steps_positions)))], dim=1)
+    return torch.cat([features, *steps_features], dim=1)
+
+
+def padded_context(padded: PaddedDraft, new_features, block_positions, n_commit, block_index) -> torch.Tensor:
+    """The padded drafter's next context after a drafted block's verify of ``new_features [B, w, F]``: that verify's
+    rows, padded to the block's size (``block_index``, an arange: one graph shape), with the rejected ones marked
+    padding."""
+    (rows, width), block_size = new_features.shape[:2], block_index.shape[0]
+    if width < block_size:
+        new_features = torch.cat([new_features, new_features.new_zeros((rows, block_size - width,
+                                                                        new_features.shape[-1]))], dim=1)
+    padded.context_positions = block_positions
+    padded.context_real = block_index < n_commit.unsqueeze(1)
+    return new_features
 
 
 def realigned(values: torch.Tensor, lengths: torch.Tensor) -> torch.Tensor:

@@ -14,7 +14,7 @@ from ..draft_vocabulary import DraftVocabulary, checked_token_ids, most_frequent
 from ..errors import DraftVocabularyError, DtypeMismatchError, GenerationArgumentError, UnsupportedInputError
 from ..fusion import fusion_weights
 from ..loading import load_dflash, load_head, load_target, tokenizer_for
-from ..locations import model_location
+from ..locations import model_location, with_gguf_file
 from ..sampling import Warping
 from .cost_model import calibrate, calibration_key, cost_model_for
 from .decode import speculative_decode, static_cache_supported
@@ -63,7 +63,8 @@ class DeLSGenerator:
     maximises expected tokens per millisecond from a cost model of this device, calibrated at the first call and
     cached (``generation/cost_model.py``), and may decode plainly; ``"fixed"`` drafts every block and verifies every
     draft. ``draft_mode`` at T > 0: ``"top"`` (default) drafts the fused argmax and keeps it while the target's own
-    samples match, ``"sampled"`` samples drafts and rejection-samples them. Every choice is exact.
+    samples match, ``"sampled"`` samples drafts and rejection-samples them (the cost-aware policy then verifies
+    every draft of a drafted block: choosing from sampled drafts would bias the verifier). Every choice is exact.
     """
 
     def __init__(self, target, drafter, head=None, tokenizer=None, *, alpha=None, beta=None, pure_prefix_len=None,
@@ -137,6 +138,7 @@ class DeLSGenerator:
             _checked_choice("policy", policy, POLICIES)  # before anything loads
         _checked_choice("draft_mode", draft_mode, DRAFT_MODES)
         if isinstance(target, (str, os.PathLike)):
+            target_kwargs = with_gguf_file(target, target_kwargs)  # a pkg: folder's one GGUF, or an error naming them
             target = model_location(target, "target")  # a bad path fails before anything loads
         if head is None and isinstance(draft_vocab, int) and not isinstance(draft_vocab, bool):
             raise DraftVocabularyError(NO_HEAD_TO_COUNT.format(draft_vocab))
@@ -264,7 +266,7 @@ class DeLSGenerator:
                 raise GenerationArgumentError(f"the policy's cost model covers blocks of {blocks} tokens but this "
                                               f"call drafts blocks of {settings.block_size}")
             return name
-        if name == "fixed" or settings.block_size == 1:
+        if name == "fixed" or settings.block_size == 1 or settings.max_new_tokens == 1:  # nothing to draft: no cost
             return make_policy("fixed", None)
         vocab = self.draft_lm_head
         key = calibration_key(self.target, self.drafter, self.head, block_size=settings.block_size, batch=batch,
@@ -274,30 +276,31 @@ class DeLSGenerator:
         mode = "greedy" if settings.warping.greedy else settings.draft_mode
         slot = (repr(key), mode)
         if slot not in self._policies:
-            cost = self._cost_models.get(repr(key))
-            if cost is None:
-                cost, cached = cost_model_for(key, lambda: self._calibrate(settings, batch, static_cache, key))
-                logger.info("cost model %s: verify %s ms, draft %.1f ms", "read from cache" if cached else
-                            "calibrated", [round(ms, 1) for ms in cost.verify_ms], cost.draft_ms)
-                self._cost_models[repr(key)] = cost
             # Compiled runs verify at a few fixed widths, one graph each: powers of two and the whole block.
             widths = None
             if self.compile:
                 widths = tuple(sorted({w for w in (1, 2, 4, 8, 16, 32) if w < settings.block_size}
                                       | {settings.block_size}))
+            cost = self._cost_models.get(repr(key))
+            if cost is None:
+                cost, cached = cost_model_for(key, lambda: self._calibrate(settings, batch, static_cache, key,
+                                                                           widths))
+                logger.info("cost model %s: verify %s ms, draft %.1f ms", "read from cache" if cached else
+                            "calibrated", [round(ms, 1) for ms in cost.verify_ms], cost.draft_ms)
+                self._cost_models[repr(key)] = cost
             self._policies[slot] = make_policy(name, cost, widths)
         return self._policies[slot]
 
-    def _calibrate(self, settings: DecodeSettings, batch: int, static_cache: bool, key: dict):
+    def _calibrate(self, settings: DecodeSettings, batch: int, static_cache: bool, key: dict, widths):
         logger.info("calibrating the cost model for %s (once; cached)", key["device"])
         head = self.head
         drafting = Drafting(self.drafter, self.target.get_input_embeddings(),
                             self.draft_lm_head or self.target.get_output_embeddings(), Warping(), head,
                             head.log_prior().to(self.device) if head is not None else None, settings.alpha,
-                            settings.beta, settings.copy_weights)
+                            settings.beta, settings.copy_weights, confidence=True)
         verify = compiled(verify_step, self.device) if self.compile and static_cache else verify_step
         return calibrate(self.target, drafting, block_size=settings.block_size, batch=batch,
-                         static_cache=static_cache, verify=verify, draft=draft_step, key=key)
+                         static_cache=static_cache, verify=verify, draft=draft_step, key=key, widths=widths)
 
     # -- validation at the boundary -------------------------------------------------------------------
 

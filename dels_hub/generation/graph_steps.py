@@ -30,6 +30,7 @@ class Drafting:
 
     ``alpha``/``beta`` are ``[k]`` per-position fusion weights (zero in the pure prefix), ``log_prior`` the head's
     ``[V_head]`` log unigram prior, ``copy_weights`` the copy expert's ``[n + 1]`` gamma by match length (None: off).
+    ``confidence``: also report each draft's probability (the cost-aware policy chooses how many to verify from it).
     """
 
     drafter: torch.nn.Module
@@ -41,6 +42,7 @@ class Drafting:
     alpha: torch.Tensor | None = None
     beta: torch.Tensor | None = None
     copy_weights: torch.Tensor | None = None
+    confidence: bool = False
 
     def copy_chain(self, tokens: torch.Tensor, anchor, slot_hidden: torch.Tensor) -> CopyChain | None:
         """The block's copy expert over ``tokens`` up to ``anchor`` (None when off). With a pruned draft
@@ -66,7 +68,7 @@ def verify_step(model, ids, positions, cache, cache_arg: str, logits_to_keep: in
 def draft_step(drafting: Drafting, features, context_positions, context_real, block, block_positions, cache, races,
                tokens, anchor):
     """Draft one block of each row through the drafter's ``StaticSlotCache`` -> ``(drafts [B, k], q [B, k, V] or
-    None, confidence [B, k])`` (``confidence`` as in ``drafting.propose``).
+    None, confidence [B, k] or None)`` (``confidence`` as in ``drafting.propose``, when ``drafting.confidence``).
 
     Args:
         features, context_positions: ``[B, C, F*H]`` target features of the context not yet cached, at
@@ -90,7 +92,8 @@ def draft_step(drafting: Drafting, features, context_positions, context_real, bl
                      position_ids=torch.cat([context_positions, block_positions], dim=1), past_key_values=cache,
                      use_cache=True, attention_mask=mask)
     slot_hidden = hidden[:, 1:]
-    confidence = torch.empty(slot_hidden.shape[:2], dtype=torch.float32, device=slot_hidden.device)
+    confidence = (torch.empty(slot_hidden.shape[:2], dtype=torch.float32, device=slot_hidden.device)
+                  if drafting.confidence else None)
     drafts, q = propose(drafting.lm_head(slot_hidden), block[:, 0], drafting.warping, None, drafting.head,
                         drafting.log_prior, drafting.alpha, drafting.beta, races=races,
                         copy=drafting.copy_chain(tokens, anchor, slot_hidden), confidence=confidence)

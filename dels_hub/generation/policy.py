@@ -8,13 +8,19 @@ plain decoding among its choices, so that speculation that does not pay switches
   committed per millisecond lately, kept apart by the copy expert's match length at the anchor (a match is the
   strongest sign that the next tokens are predictable, and it costs nothing to read). When drafting has been losing
   it decodes plainly, and probes again after 2, 4, 8, ... plain steps (at most ``MAX_PROBE_INTERVAL``).
-* **After drafting** each row verifies the d in 0..k drafts that maximises
+* **After drafting** it verifies the d in 0..k drafts that maximises
 
       (1 + sum_{i <= d} prod_{j <= i} a_j) / (draft_ms + verify_ms[d + 1])
 
   where a_j is the acceptance of draft j given that the drafts before it were accepted, read from the fused
   distribution's confidence in it (DFlash, head, prior and copy vote together) through a calibration table that
-  learns, online, how often drafts of each confidence were accepted. A batch verifies the largest d of its rows.
+  learns, online, how often drafts of each confidence were accepted. A batch shares one verify, so it verifies the
+  width that maximises its rows' expected tokens together per millisecond.
+
+  Sampled drafts (rejection sampling) verify every draft of a block they draft: which drafts face the verifier must
+  not depend on what was sampled, or the output leans away from the target's distribution. For them the policy
+  only decides whether to draft. Greedy and top-token drafts may choose d from the drafts: what they commit is the
+  target's own choice whatever is verified.
 
 Both are host decisions on small host lists; the loop hands them what it transferred anyway, plus the drafts'
 confidences (one ``[B, k]`` transfer per drafted block, which the verify's width must wait for).
@@ -72,7 +78,8 @@ def expected_tokens(acceptance: list[float]) -> list[float]:
 @dataclass
 class BlockPlan:
     """What the policy chose for one block: ``width`` tokens per row are verified (1: the anchor alone),
-    ``drafted`` whether the drafter ran, each row's own ``drafts_to_verify`` and the tokens it expects."""
+    ``drafted`` whether the drafter ran, the drafts each row verifies (``width - 1``: the rows share the forward)
+    and the tokens it expects."""
 
     drafted: bool
     width: int
@@ -147,8 +154,8 @@ class FixedBlocks:
         return BlockPlan(False, 1, [0] * rows, None, self.cost.plain_ms() if self.cost else 0.0)
 
     def observe(self, plan: BlockPlan, counts: list[int], complete: list[bool], measured_ms: float,
-                match_lengths: list[int] | None) -> None:
-        if self.cost is not None:
+                match_lengths: list[int] | None, timed: bool = True) -> None:
+        if self.cost is not None and timed:
             self.cost.observe(plan.drafted, plan.width, measured_ms)
 
 
@@ -168,8 +175,8 @@ class DraftValue:
 
 
 class CostAware:
-    """Maximise expected committed tokens per millisecond: plain steps when drafting does not pay, and per row the
-    number of drafts to verify (module docstring). Its calibration and running values live as long as the generator,
+    """Maximise expected committed tokens per millisecond: plain steps when drafting does not pay, and how many
+    drafts to verify (module docstring). Its calibration and running values live as long as the generator,
     so later calls start from what earlier ones learned."""
 
     needs_confidence = True
@@ -181,6 +188,7 @@ class CostAware:
         self.widths = tuple(range(1, cost.block_size + 1)) if widths is None else tuple(sorted(widths))
         self.calibration = AcceptanceCalibration()
         self.values: dict[int, DraftValue] = {}
+        self.hopeless_wait = 0  # plain steps since the last probe of a drafter that could not pay even at best
 
     def bucket(self, match_length: int | None) -> DraftValue:
         return self.values.setdefault(match_length or 0, DraftValue())
@@ -192,7 +200,13 @@ class CostAware:
         plain_rate = 1.0 / self.cost.plain_ms()
         best_case = max(w / self.cost.drafted_ms(w) for w in self.widths)
         if best_case <= plain_rate:
-            return False
+            # Still probe, rarely: only drafted blocks correct the draft's cost, so a cost model that is wrong
+            # (a busy machine during calibration) must not switch drafting off for good.
+            self.hopeless_wait += 1
+            if self.hopeless_wait < MAX_PROBE_INTERVAL:
+                return False
+            self.hopeless_wait = 0
+            return True
         buckets = [self.bucket(m) for m in (match_lengths or [0])]
         rates = [b.rate() for b in buckets]
         if any(rate is None for rate in rates):
@@ -205,30 +219,32 @@ class CostAware:
             probe |= b.waited >= b.interval
         return probe
 
-    def plan(self, confidence: list[list[float]], block_size: int, rows: int) -> BlockPlan:
-        """Each row's d from its drafts' confidences ``[B][k]``; the block verifies the largest."""
-        best = []
-        for row in confidence:
-            expected = expected_tokens([self.calibration(c) for c in row])
-            rate = [(expected[w - 1] / self.cost.drafted_ms(w), w - 1) for w in self.widths]
-            best.append((max(rate)[1], expected))
-        width = max(d for d, _ in best) + 1
-        expected = sum(e[width - 1] for _, e in best)
-        return BlockPlan(True, width, [d for d, _ in best], expected, self.cost.drafted_ms(width), confidence)
+    def plan(self, confidence: list[list[float]] | None, block_size: int, rows: int) -> BlockPlan:
+        """The width of the verify from the drafts' confidences ``[B][k]``: the one that maximises the rows'
+        expected tokens together per millisecond (they share the forward). ``confidence`` None (sampled drafts):
+        every draft is verified (module docstring)."""
+        if confidence is None:
+            return BlockPlan(True, block_size, [block_size - 1] * rows, None, self.cost.drafted_ms(block_size))
+        expected = [expected_tokens([self.calibration(c) for c in row]) for row in confidence]
+        rate, width = max((sum(e[w - 1] for e in expected) / self.cost.drafted_ms(w), w) for w in self.widths)
+        return BlockPlan(True, width, [width - 1] * rows, rate * self.cost.drafted_ms(width),
+                         self.cost.drafted_ms(width), confidence)
 
     def plain(self, rows: int) -> BlockPlan:
         return BlockPlan(False, 1, [0] * rows, float(rows), self.cost.plain_ms())
 
     def observe(self, plan: BlockPlan, counts: list[int], complete: list[bool], measured_ms: float,
-                match_lengths: list[int] | None) -> None:
+                match_lengths: list[int] | None, timed: bool = True) -> None:
         """Learn from one block: each verified draft's acceptance (up to the first rejection), each row's committed
-        tokens in its bucket, and the block's time in the cost model. ``complete[b]``: row b's count was not cut
-        by a stop token or its budget, so it says how many drafts the verifier accepted."""
-        self.cost.observe(plan.drafted, plan.width, measured_ms)
+        tokens in its bucket, and the block's time in the cost model (unless ``timed`` is False: the first draft
+        reads the whole prompt, a time no later block repeats). ``complete[b]``: row b's count was not cut by a stop
+        token or its budget, so it says how many drafts the verifier accepted."""
+        if timed:
+            self.cost.observe(plan.drafted, plan.width, measured_ms)
         if not plan.drafted:
             return
         for b, (count, whole) in enumerate(zip(counts, complete)):
-            if whole:
+            if whole and plan.confidence is not None:
                 accepted = count - 1
                 for j, c in enumerate(plan.confidence[b][: plan.width - 1]):
                     self.calibration.update(c, j < accepted)
