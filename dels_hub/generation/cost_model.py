@@ -33,7 +33,7 @@ REFINE_RATE = 0.1  # weight of one block's timing in the running measured/calibr
 # One block's measured/calibrated ratio is clipped to this range before it is folded in: a stall (another process,
 # a page fault, a compile) says little about the next block, and must not switch drafting off on its own.
 RATIO_RANGE = (0.5, 2.0)
-COST_MODEL_VERSION = 1  # bump when what is measured changes: old cache files are then ignored
+COST_MODEL_VERSION = 2  # bump when what is measured changes: old cache files are then ignored
 
 
 def cache_folder() -> Path:
