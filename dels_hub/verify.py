@@ -4,7 +4,7 @@ p = target, q = draft.
 The verifiers are pure and vectorized over any leading batch dimensions (one row per sequence of a batch): they
 return the committed tokens and the number of accepted drafts as device tensors; ``committed`` turns them into every
 row's committed count and stop, which the loop packs into the block's one device-to-host transfer. Every transfer
-goes through ``to_host``: that one, the prefill's ``is_stop``, and, under the cost-aware policy, the drafts'
+goes through ``to_host``: that one, the prefill's one (its stops), and, under the cost-aware policy, the drafts'
 confidences, which the verify's width waits for.
 """
 
@@ -113,11 +113,6 @@ def to_host(values: torch.Tensor) -> list:
     return values.tolist()
 
 
-def is_stop(tokens: torch.Tensor, stop_ids: torch.Tensor) -> list[bool]:
-    """Which of the prefill's first tokens ``[B]`` are stop tokens: the prefill's one host transfer."""
-    return to_host(torch.isin(tokens, stop_ids))
-
-
 def committed(tokens, n_accepted, stop_ids, block_index, budget: torch.Tensor) -> tuple:
     """How many of each row's verified ``tokens [B, w]`` are committed, and which rows stop, on the device.
 
@@ -133,14 +128,3 @@ def committed(tokens, n_accepted, stop_ids, block_index, budget: torch.Tensor) -
     first_stop = torch.where(is_stop_token, block_index, width).amin(-1)
     stopped = first_stop < width
     return torch.where(stopped, first_stop, n_accepted).add(1).minimum(budget), stopped
-
-
-def commit_count(tokens, n_accepted, stop_ids, block_index, budget: torch.Tensor) -> tuple:
-    """``committed``, then one device-to-host transfer of the counts and the stops together.
-
-    Returns:
-        ``(n_commit [B] on the device, n_commit as a host list, stopped as a host list)``.
-    """
-    n_commit, stopped = committed(tokens, n_accepted, stop_ids, block_index, budget)
-    counts, stops = to_host(torch.stack([n_commit, stopped.long()]))
-    return n_commit, counts, [bool(stop) for stop in stops]

@@ -9,7 +9,15 @@ import torch
 from dels_hub import DeLSGenerator
 from dels_hub.errors import GenerationArgumentError
 from dels_hub.generation.cost_model import CostModel, cache_path, calibration_key, cost_model_for
-from dels_hub.generation.policy import AcceptanceCalibration, CostAware, FixedBlocks, expected_tokens
+from dels_hub.generation.policy import (
+    AcceptanceCalibration,
+    BlockPlan,
+    CostAware,
+    FixedBlocks,
+    PolicyStats,
+    expected_tokens,
+    pooled,
+)
 
 from conftest import SMALL_VOCAB, make_dflash, small_prompts
 
@@ -230,3 +238,17 @@ def test_the_cli_takes_the_policy_and_says_what_it_chose():
                             "chosen_drafts": {0: 41, 3: 2, 7: 6}})
     assert line == ("policy cost-aware: 40 plain steps, 9 drafted blocks (tau 3.50); drafts verified per block "
                     "{0: 41, 3: 2, 7: 6}")
+
+
+def test_pooled_summaries_add_their_sums_and_recompute_the_rates():
+    first, second = PolicyStats(), PolicyStats()
+    first.record(BlockPlan(True, 8, [7], 3.0, 30.0), [4], 40.0)
+    first.record(BlockPlan(False, 1, [0], 1.0, 10.0), [1], 10.0)
+    second.record(BlockPlan(True, 4, [3], 2.0, 20.0), [2], 20.0)
+    total = pooled([first.summary("cost-aware"), None, second.summary("cost-aware")])
+    assert total["chosen_drafts"] == {0: 1, 3: 1, 7: 1}
+    assert (total["drafted_blocks"], total["plain_blocks"], total["drafted_tokens"]) == (2, 1, 6)
+    assert total["tau_drafted"] == 3.0
+    assert total["predicted_tokens_per_ms"] == pytest.approx(6.0 / 60.0)
+    assert total["measured_tokens_per_ms"] == pytest.approx(7.0 / 70.0)
+    assert pooled([None]) is None

@@ -37,7 +37,7 @@ from ..compat import cache_kwarg_name, synchronize
 from ..copy_expert import longest_matches
 from ..errors import UnsupportedInputError
 from ..sampling import Warping, choose, keyed_sample, warp_probs
-from ..verify import committed, is_stop, to_host, verify_block, verify_match
+from ..verify import committed, to_host, verify_block, verify_match
 from .caches import DynamicTargetCache, StaticDraftCache, StaticSlotCache
 from .drafting import context_features, propose
 from .graph_steps import Drafting, compiled, draft_step, graph_warping, static, verify_step
@@ -280,9 +280,12 @@ def speculative_decode(
     if compile:  # the graphs write into these buffers in place: their addresses are part of the graph
         for buffer in state.target_cache.keys + state.target_cache.values:
             static(buffer)
-    stopped = is_stop(first, stop_ids)  # the one host transfer of the prefill
-    match_lengths = to_host(longest_matches(state.output, state.start_at, settings.copy_weights)) if copy_signal \
-        else None
+    # The prefill's one host transfer: each row's stop, and (for the policy) its copy match at the first anchor.
+    transfer = [torch.isin(first, stop_ids).long()]
+    if copy_signal:
+        transfer.append(longest_matches(state.output, state.start_at, settings.copy_weights))
+    stopped, *signal = to_host(torch.stack(transfer))
+    match_lengths = signal[0] if copy_signal else None
     synchronize(device)
     prefilled = last_sync = time.perf_counter()
     if streamer is not None:
@@ -293,7 +296,7 @@ def speculative_decode(
     starts = list(lengths)  # each row's anchor position, on the host
     acceptance_lengths: list[list[int]] = [[] for _ in range(batch)]
     finished: dict[int, torch.Tensor] = {}  # original row -> its tokens (prompt and new), row-local
-    done = [stop or max_new_tokens == 1 for stop in stopped]
+    done = [bool(stop) or max_new_tokens == 1 for stop in stopped]
     stats = PolicyStats()
     first_block = True
     while True:

@@ -89,6 +89,11 @@ class BlockPlan:
     confidence: list[list[float]] | None = None  # the drafts' confidences it chose from, [B][k]
 
 
+# The fields of ``PolicyStats`` that runs add up (its rates are recomputed from them).
+SUMMED = ("drafted_blocks", "plain_blocks", "drafted_tokens", "predicted_tokens", "predicted_ms", "committed_tokens",
+          "measured_ms")
+
+
 @dataclass
 class PolicyStats:
     """What a call's policy did: how often each d was chosen, and the tokens per millisecond it predicted against
@@ -277,21 +282,12 @@ def pooled(summaries: list[dict | None]) -> dict | None:
     summaries = [s for s in summaries if s]
     if not summaries:
         return None
-    chosen: Counter = Counter()
+    total = PolicyStats()
     for summary in summaries:
-        chosen.update({int(d): n for d, n in summary["chosen_drafts"].items()})
-    total = {name: sum(s[name] for s in summaries)
-             for name in ("drafted_blocks", "plain_blocks", "predicted_tokens", "predicted_ms", "committed_tokens",
-                          "measured_ms", "drafted_tokens")}
-    return {
-        "policy": summaries[0]["policy"],
-        "chosen_drafts": dict(sorted(chosen.items())),
-        **total,
-        "tau_drafted": total["drafted_tokens"] / total["drafted_blocks"] if total["drafted_blocks"] else None,
-        "predicted_tokens_per_ms": (total["predicted_tokens"] / total["predicted_ms"] if total["predicted_ms"]
-                                    else None),
-        "measured_tokens_per_ms": total["committed_tokens"] / total["measured_ms"] if total["measured_ms"] else None,
-    }
+        total.chosen.update({int(d): n for d, n in summary["chosen_drafts"].items()})
+        for name in SUMMED:
+            setattr(total, name, getattr(total, name) + summary[name])
+    return total.summary(summaries[0]["policy"])
 
 
 def describe_policy(summary: dict | None) -> str:
