@@ -213,7 +213,7 @@ class PeekingPolicy(CostAware):
 
     def plan(self, confidence, block_size, rows):
         width = 2 if confidence[0][0] < 0.5 else 1
-        return BlockPlan(True, width, [width - 1], None, 1.0, confidence)
+        return BlockPlan(True, width, rows, None, 1.0, confidence)
 
 
 def test_negative_control_a_width_chosen_from_sampled_drafts_is_detected(small, monkeypatch):

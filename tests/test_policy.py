@@ -242,9 +242,9 @@ def test_the_cli_takes_the_policy_and_says_what_it_chose():
 
 def test_pooled_summaries_add_their_sums_and_recompute_the_rates():
     first, second = PolicyStats(), PolicyStats()
-    first.record(BlockPlan(True, 8, [7], 3.0, 30.0), [4], 40.0)
-    first.record(BlockPlan(False, 1, [0], 1.0, 10.0), [1], 10.0)
-    second.record(BlockPlan(True, 4, [3], 2.0, 20.0), [2], 20.0)
+    first.record(BlockPlan(True, 8, 1, 3.0, 30.0), [4], 40.0)
+    first.record(BlockPlan(False, 1, 1, 1.0, 10.0), [1], 10.0)
+    second.record(BlockPlan(True, 4, 1, 2.0, 20.0), [2], 20.0)
     total = pooled([first.summary("cost-aware"), None, second.summary("cost-aware")])
     assert total["chosen_drafts"] == {0: 1, 3: 1, 7: 1}
     assert (total["drafted_blocks"], total["plain_blocks"], total["drafted_tokens"]) == (2, 1, 6)

@@ -137,13 +137,11 @@ class DeLSGenerator:
         if not is_policy(policy):
             _checked_choice("policy", policy, POLICIES)  # before anything loads
         _checked_choice("draft_mode", draft_mode, DRAFT_MODES)
-        if isinstance(target, (str, os.PathLike)):
-            target_location = target
-            target = model_location(target, "target")  # a bad path fails before anything loads
         if head is None and isinstance(draft_vocab, int) and not isinstance(draft_vocab, bool):
             raise DraftVocabularyError(NO_HEAD_TO_COUNT.format(draft_vocab))
-        if isinstance(target, (str, os.PathLike)):  # a pkg: folder's one GGUF, or an error that names them
-            target_kwargs = with_gguf_file(target_location, target_kwargs)
+        if isinstance(target, (str, os.PathLike)):  # a bad path, or a folder with several GGUF files, fails here
+            target_kwargs = with_gguf_file(target, target_kwargs)
+            target = model_location(target, "target")
         # The small parts first: a missing or damaged drafter or head fails before the target is loaded.
         drafter = load_dflash(dflash, dtype)
         head = load_head(head, dtype)

@@ -78,15 +78,19 @@ def expected_tokens(acceptance: list[float]) -> list[float]:
 @dataclass
 class BlockPlan:
     """What the policy chose for one block: ``width`` tokens per row are verified (1: the anchor alone),
-    ``drafted`` whether the drafter ran, the drafts each row verifies (``width - 1``: the rows share the forward)
-    and the tokens it expects."""
+    ``drafted`` whether the drafter ran, for how many ``rows``, and the tokens it expects. Every row verifies
+    ``width - 1`` drafts: the rows share the forward."""
 
     drafted: bool
     width: int
-    drafts_to_verify: list[int]
+    rows: int
     expected: float | None  # committed tokens the policy expects from the block, summed over rows (None: no model)
     predicted_ms: float
     confidence: list[list[float]] | None = None  # the drafts' confidences it chose from, [B][k]
+
+    @property
+    def drafts_to_verify(self) -> list[int]:
+        return [self.width - 1] * self.rows
 
 
 # The fields of ``PolicyStats`` that runs add up (its rates are recomputed from them).
@@ -109,7 +113,7 @@ class PolicyStats:
     measured_ms: float = 0.0
 
     def record(self, plan: BlockPlan, counts: list[int], measured_ms: float) -> None:
-        self.chosen.update(plan.drafts_to_verify)
+        self.chosen[plan.width - 1] += plan.rows
         if plan.drafted:
             self.drafted_blocks += len(counts)
             self.drafted_tokens += sum(counts)
@@ -153,10 +157,10 @@ class FixedBlocks:
 
     def plan(self, confidence: list[list[float]] | None, block_size: int, rows: int) -> BlockPlan:
         predicted = self.cost.drafted_ms(block_size) if self.cost else 0.0
-        return BlockPlan(True, block_size, [block_size - 1] * rows, None, predicted)
+        return BlockPlan(True, block_size, rows, None, predicted)
 
     def plain(self, rows: int) -> BlockPlan:  # block size 1 (nothing to draft) takes plain steps under any policy
-        return BlockPlan(False, 1, [0] * rows, None, self.cost.plain_ms() if self.cost else 0.0)
+        return BlockPlan(False, 1, rows, None, self.cost.plain_ms() if self.cost else 0.0)
 
     def observe(self, plan: BlockPlan, counts: list[int], complete: list[bool], measured_ms: float,
                 match_lengths: list[int] | None, timed: bool = True) -> None:
@@ -229,14 +233,14 @@ class CostAware:
         expected tokens together per millisecond (they share the forward). ``confidence`` None (sampled drafts):
         every draft is verified (module docstring)."""
         if confidence is None:
-            return BlockPlan(True, block_size, [block_size - 1] * rows, None, self.cost.drafted_ms(block_size))
+            return BlockPlan(True, block_size, rows, None, self.cost.drafted_ms(block_size))
         expected = [expected_tokens([self.calibration(c) for c in row]) for row in confidence]
         rate, width = max((sum(e[w - 1] for e in expected) / self.cost.drafted_ms(w), w) for w in self.widths)
-        return BlockPlan(True, width, [width - 1] * rows, rate * self.cost.drafted_ms(width),
+        return BlockPlan(True, width, rows, rate * self.cost.drafted_ms(width),
                          self.cost.drafted_ms(width), confidence)
 
     def plain(self, rows: int) -> BlockPlan:
-        return BlockPlan(False, 1, [0] * rows, float(rows), self.cost.plain_ms())
+        return BlockPlan(False, 1, rows, float(rows), self.cost.plain_ms())
 
     def observe(self, plan: BlockPlan, counts: list[int], complete: list[bool], measured_ms: float,
                 match_lengths: list[int] | None, timed: bool = True) -> None:
