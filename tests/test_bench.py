@@ -7,17 +7,19 @@ import json
 import pytest
 import torch
 
+from dels_hub import sharegpt
 from dels_hub.bench import (
     BenchArgumentError,
+    BenchSettings,
     DatasetFileError,
     DatasetUnavailableError,
     GreedyMismatchWarning,
     UnknownDatasetError,
     add_bench_arguments,
     cli,
+    lineup,
     load_prompts,
     markdown_table,
-    prompts,
     run_bench,
     runner,
     score,
@@ -248,7 +250,7 @@ def test_batched_rows_equal_target_generate_and_a_broken_verifier_is_caught(mode
     assert broken["greedy_check"]["mismatched_rows"] == ["DFlash (b=8)", "DFlash (b=8) + copy", "DeLS (b=8, head0)",
                                                          "DeLS (b=8, head0) + copy"]
     with pytest.raises(BenchArgumentError, match="batch_size must be >= 1, got 0"):
-        runner.BenchSettings(target="T", dflash="D", batch_size=0).validate()
+        BenchSettings(target="T", dflash="D", batch_size=0).validate()
 
 
 def test_draft_vocab_adds_a_pruned_row_beside_each_speculative_row(models, chat_tokenizer, jsonl_dataset, tmp_path):
@@ -263,7 +265,7 @@ def test_draft_vocab_adds_a_pruned_row_beside_each_speculative_row(models, chat_
     assert all(rows[name]["gain_of_draft_vocab"]["baseline"] == name.removesuffix(", vocab 20") for name in pruned)
     assert "`DFlash (b=8), vocab 20` over `DFlash (b=8)`" in (tmp_path / "results.md").read_text()
     with pytest.raises(BenchArgumentError, match="give a head and N >= 1"):
-        runner.BenchSettings(target="T", dflash="D", draft_vocab=8).validate()
+        BenchSettings(target="T", dflash="D", draft_vocab=8).validate()
 
 
 def test_sampling_run_skips_the_equality_check(models, chat_tokenizer, jsonl_dataset):
@@ -286,7 +288,7 @@ def test_several_drafters_each_get_a_dflash_row_and_a_dels_row_per_head(models, 
     )  # fmt: skip
     names = [row["name"] for row in results["rows"]]
     assert names == [
-        runner.BASELINE, runner.REFERENCE, "DFlash (b=4, dflash0)", "DeLS (b=4, dflash0, head0)",
+        lineup.BASELINE, lineup.REFERENCE, "DFlash (b=4, dflash0)", "DeLS (b=4, dflash0, head0)",
         "DFlash (b=4, dflash1)", "DeLS (b=4, dflash1, head0)",
     ]  # fmt: skip
     assert results["greedy_check"]["ok"]  # the largest common block size (4) is the default
@@ -474,7 +476,7 @@ def test_humaneval_loader_reads_the_packaged_problems():
 
 
 def test_sharegpt_split_of_the_truncated_file():
-    records = prompts.sharegpt_conversations()
+    records = sharegpt.sharegpt_conversations()
     assert len(records) == 17_671  # the cut-off last record is dropped
     train, validation, heldout = (sharegpt_split(name) for name in ("train", "validation", "heldout"))
     assert (len(train), len(validation), len(heldout)) == (15_671, 1_000, 1_000)
@@ -529,15 +531,15 @@ def test_cli_arguments_match_the_issue():
     assert both.dflash == ["D1", "D2"] and not both.peers
     assert parser.parse_args(["--target", "T", "--dflash", "D", "--peers", "prompt-lookup"]).peers == ["prompt-lookup"]
     with pytest.raises(BenchArgumentError, match=r"unknown peers \['lookahead'\]"):
-        runner.BenchSettings(target="T", dflash="D", peers=("lookahead",)).validate()
+        BenchSettings(target="T", dflash="D", peers=("lookahead",)).validate()
     assert args.target_kwargs == {"gguf_file": "m.gguf"}
     with pytest.raises(SystemExit) as exit_:  # argparse names the flag and exits 2, before anything loads
         parser.parse_args(["--target", "T", "--dflash", "D", "--target-kwargs", "{gguf_file: x}"])
     assert exit_.value.code == 2
     # The flags are the settings' fields: every documented field has one, and the parsed values build the settings.
-    documented = {f.name for f in dataclasses.fields(runner.BenchSettings) if "help" in f.metadata}
+    documented = {f.name for f in dataclasses.fields(BenchSettings) if "help" in f.metadata}
     assert documented == set(vars(args)) and {"tokenizer", "warmup"}.isdisjoint(vars(args))
-    settings = runner.BenchSettings(**vars(args))
+    settings = BenchSettings(**vars(args))
     assert (settings.dataset, settings.temperature, settings.alpha, settings.out) == ("sharegpt", 0.7, 0.5, "o")
 
 

@@ -8,8 +8,9 @@ from pathlib import Path
 import pytest
 import torch
 
-from dels_hub.bench.prompts import humaneval_prompts, sharegpt_path, sharegpt_split
+from dels_hub.bench.prompts import humaneval_prompts
 from dels_hub.errors import TrainingDataError
+from dels_hub.sharegpt import sharegpt_path, sharegpt_split
 from dels_hub.training.corpora import corpus_records, is_validation, refuse_benchmark
 from dels_hub.training.data import Example, load_records, render_chat, tokenize_records, windows
 from dels_hub.training.recipe import DFlashTrainConfig, HeadTrainConfig

@@ -10,7 +10,8 @@ from dels_hub.errors import GenerationArgumentError
 from dels_hub.fusion import fusion_weights
 from dels_hub.generation.caches import StaticDraftCache, StaticSlotCache, causal_mask
 from dels_hub.generation.cost_model import CostModel
-from dels_hub.generation.decode import speculative_decode, static_cache_supported
+from dels_hub.generation.decode import speculative_decode
+from dels_hub.generation.decode_state import static_cache_supported
 from dels_hub.generation.policy import CostAware
 from dels_hub.generation.settings import DecodeSettings
 from dels_hub.sampling import Warping

@@ -182,7 +182,7 @@ def test_the_cards_bench_command_reproduces_the_run(extra):
     import shlex
 
     from dels_hub.bench.cli import add_bench_arguments
-    from dels_hub.bench.runner import PEERS
+    from dels_hub.bench.settings import PEERS
     from dels_hub.hub.card import bench_summary
 
     settings = RESULTS["settings"] | extra

@@ -19,7 +19,7 @@ from dels_hub.errors import (
     PackageLocationError,
     RecipeError,
 )
-from dels_hub.loading import load_head, load_target, load_tokenizer
+from dels_hub.loading import load_dflash, load_head, load_target, load_tokenizer
 from dels_hub.locations import TOKENIZER_FILES, model_location, resolve_location, with_gguf_file
 
 from conftest import make_dflash, make_head, make_target, make_tokenizer
@@ -96,6 +96,23 @@ def test_a_missing_path_is_named_before_the_target_loads(parts, tmp_path, monkey
     with pytest.raises(ModelNotFoundError, match="target '/no/such/target': no such folder"):
         DeLSGenerator.from_pretrained("/no/such/target", parts["dflash"], parts["head"])
     assert model_location("Qwen/Qwen3-8B", "target") == "Qwen/Qwen3-8B"  # a Hub id is left to the Hub
+
+
+@pytest.mark.parametrize("load, what", [(load_target, "target"), (load_dflash, "DFlash drafter"),
+                                        (load_head, "local head"), (load_tokenizer, "tokenizer")])
+def test_a_relative_path_run_from_elsewhere_is_named_not_left_to_the_hub(tmp_path, monkeypatch, load, what):
+    """The quickstart's ``upload/...`` run outside the checkout is a valid Hub id, and the Hub cannot be reached:
+    the error says it was taken for one, and where the path was looked for, rather than transformers' connection
+    error. A local folder's own error is left as it is (the negative control)."""
+    monkeypatch.setattr("huggingface_hub.constants.HF_HUB_OFFLINE", True)  # fail at once, as an unreachable Hub
+    monkeypatch.chdir(tmp_path)
+    with pytest.raises(ModelNotFoundError, match=f"{what} 'upload/smollm2-dels-head' names no folder under "
+                                                 f"'{re.escape(str(tmp_path))}', so it was looked up on the Hub"):
+        load("upload/smollm2-dels-head")
+    (tmp_path / "empty").mkdir()
+    with pytest.raises(Exception) as local:
+        load(str(tmp_path / "empty"))
+    assert not isinstance(local.value, ModelNotFoundError) or "looked up on the Hub" not in str(local.value)
 
 
 @pytest.mark.parametrize("part, what", [("dflash", "DFlash drafter"), ("head", "local head"),

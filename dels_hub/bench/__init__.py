@@ -5,6 +5,7 @@ subcommand is ``add_bench_arguments(parser)`` + ``bench_main(args)``.
 """
 
 from ..errors import BenchArgumentError, DatasetFileError, DatasetUnavailableError, UnknownDatasetError
+from ..sharegpt import sharegpt_split  # kept here for compatibility: it lives in dels_hub/sharegpt.py
 from .cli import add_bench_arguments, bench_main
 from .fusion_tuning import (
     Replay,
@@ -14,9 +15,11 @@ from .fusion_tuning import (
     tune_fusion_main,
     tune_per_position,
 )
-from .prompts import Prompt, load_prompts, sharegpt_split
+from .greedy_check import GreedyMismatchWarning
+from .prompts import Prompt, load_prompts
 from .report import markdown_table
-from .runner import BenchSettings, GreedyMismatchWarning, run_bench
+from .runner import run_bench
+from .settings import BenchSettings
 
 __all__ = [
     "BenchArgumentError",

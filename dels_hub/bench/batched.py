@@ -17,8 +17,8 @@ from tqdm.auto import tqdm
 from ..compat import synchronize
 from ..files import write_text_atomic
 from .environment import load_average, machine, versions
+from .prompts import encode_chat
 from .rows import LoopRow, Sampling
-from .runner import encode_chat
 
 REFERENCE = "target.generate"
 

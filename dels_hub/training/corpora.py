@@ -1,7 +1,7 @@
 """Named offline corpora, and the refusal of benchmark data as training or tuning data.
 
-* ``sharegpt:train`` / ``sharegpt:validation``: the fixed split of the packaged ShareGPT file (DESIGN.md §4).
-  ``sharegpt:heldout`` is the benchmark's and is refused.
+* ``sharegpt:train`` / ``sharegpt:validation``: the fixed split of the packaged ShareGPT file (``sharegpt.py``,
+  DESIGN.md §4). ``sharegpt:heldout`` is the benchmark's and is refused.
 * ``pysrc:stdlib`` / ``pysrc:PACKAGE``: the ``.py`` files of the running Python's standard library or of an
   installed package, one ``{"text", "path"}`` record per file in path order: code that is already on every
   machine. Add ``:validation`` for the held-out 1 in ``PYSRC_VALIDATION_EVERY`` files (chosen by a hash of
@@ -18,6 +18,7 @@ from functools import lru_cache
 from pathlib import Path
 
 from ..errors import TrainingDataError
+from ..sharegpt import sharegpt_split
 
 PYSRC_VALIDATION_EVERY = 20
 # Packages whose files hold benchmark prompts or the held-out slice, and the Hub datasets they come from.
@@ -35,8 +36,6 @@ def corpus_records(source: str) -> list[dict]:
     """The records of a named corpus (``sharegpt:...`` or ``pysrc:...``), after ``refuse_benchmark``."""
     refuse_benchmark(source)
     if source.startswith("sharegpt:"):
-        from ..bench.prompts import sharegpt_split
-
         return sharegpt_split(source.split(":", 1)[1])
     name, _, split = source[len("pysrc:"):].partition(":")
     if split not in ("", "validation"):
