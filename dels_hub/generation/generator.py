@@ -118,7 +118,8 @@ class DeLSGenerator:
             dtype: dtype of the target (default: the checkpoint's); drafter and head follow the target.
             device: where to put all three (default: where the target is).
             tokenizer: needed with a head when the target is an in-memory model.
-            alpha: fusion weight of the head, one value or one per draft position (default: the head's).
+            alpha: fusion weight of the head, one value or one per fused position, the draft positions after the
+                pure prefix (default: the head's).
             beta: fusion weight of the unigram-prior correction, as ``alpha``.
             pure_prefix_len: leading draft positions that take DFlash alone (default: the head's).
             copy_ngram: the copy expert's longest match; 0 is off.

@@ -10,7 +10,7 @@ plain decoding among its choices, so that speculation that does not pay switches
   it decodes plainly, and probes again after 2, 4, 8, ... plain steps (at most ``MAX_PROBE_INTERVAL``).
 * **After drafting** it verifies the d in 0..k drafts that maximises
 
-      (1 + sum_{i <= d} prod_{j <= i} a_j) / (draft_ms + verify_ms[d + 1])
+      (1 + sum_{i <= d} prod_{j <= i} a_j) / (draft_ms + verify_ms[d])      (verify_ms[w - 1]: a verify of w tokens)
 
   where a_j is the acceptance of draft j given that the drafts before it were accepted, read from the fused
   distribution's confidence in it (DFlash, head, prior and copy vote together) through a calibration table that

@@ -1,7 +1,7 @@
 """Named offline corpora, and the refusal of benchmark data as training or tuning data.
 
 * ``sharegpt:train`` / ``sharegpt:validation``: the fixed split of the packaged ShareGPT file (``sharegpt.py``,
-  DESIGN.md §4). ``sharegpt:heldout`` is the benchmark's and is refused.
+  the design brief, §4). ``sharegpt:heldout`` is the benchmark's and is refused.
 * ``pysrc:stdlib`` / ``pysrc:PACKAGE``: the ``.py`` files of the running Python's standard library or of an
   installed package, one ``{"text", "path"}`` record per file in path order: code that is already on every
   machine. Add ``:validation`` for the held-out 1 in ``PYSRC_VALIDATION_EVERY`` files (chosen by a hash of

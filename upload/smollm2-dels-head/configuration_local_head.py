@@ -13,7 +13,8 @@ class DeLSLocalHeadConfig(PreTrainedConfig):
         output_rank: width of the low-rank output projection (reference: 256).
         block_size: block size the head was trained for (it reads at most block_size - 1 tokens).
         unigram_smoothing: add-k constant of the unigram log-prior.
-        alpha, beta: fusion weights, a scalar or one value per fused position.
+        alpha: fusion weight of the head, a scalar or one value per fused position.
+        beta: fusion weight of the unigram-prior correction, as ``alpha``.
         pure_prefix_len: leading draft positions that take the DFlash logits alone.
         tokenizer_fingerprint: ``{"vocab_size", "sha256", ...}`` of the tokenizer family, checked against
             the target's tokenizer before generation.
