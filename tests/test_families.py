@@ -45,12 +45,48 @@ def test_registry_names_the_families_and_their_pairs():
     qwen = get_family("qwen3")
     assert (qwen.vocab_size, qwen.embedding_rows) == (151669, 151936)
     assert {"Qwen/Qwen3-8B", "Qwen/Qwen3-4B"} <= set(qwen.targets)
-    assert qwen.dflash_drafters == ("z-lab/Qwen3-4B-DFlash-b16", "z-lab/Qwen3-8B-DFlash-b16")
+    assert qwen.dflash_drafters[:2] == ("z-lab/Qwen3-4B-DFlash-b16", "z-lab/Qwen3-8B-DFlash-b16")
+    assert qwen.pairs[0] == ("Qwen/Qwen3-8B", "z-lab/Qwen3-8B-DFlash-b16")  # the pair a head's card defaults to
     assert get_family("llama3").dflash_drafters == ("z-lab/LLaMA3.1-8B-Instruct-DFlash-UltraChat",)
     assert get_family("llama3").fingerprint is None  # no offline vocabulary
     assert qwen.fingerprint["family"] == "qwen3" and family_of(qwen.fingerprint) is qwen
     with pytest.raises(KeyError, match="known: qwen3"):
         get_family("gpt2")
+
+
+def test_registry_has_the_published_drafters():
+    """The ids the research found (z-lab README, model cards), each with the source it was found in."""
+    qwen = get_family("qwen3")
+    coder, coder_drafter = "Qwen/Qwen3-Coder-30B-A3B-Instruct", "z-lab/Qwen3-Coder-30B-A3B-DFlash"
+    assert coder in qwen.targets and coder_drafter in qwen.dflash_drafters and (coder, coder_drafter) in qwen.pairs
+    assert qwen.is_verified(coder)  # its tokenizer files give the qwen3 fingerprint
+    assert not qwen.is_verified(coder_drafter) and "z-lab/dflash" in qwen.source_of(coder_drafter)
+    qwen35 = get_family("qwen3.5")
+    for size in ("4B", "9B", "27B", "35B-A3B", "122B-A10B"):
+        assert (f"Qwen/Qwen3.5-{size}", f"z-lab/Qwen3.5-{size}-DFlash") in qwen35.pairs
+    for size in ("27B", "35B-A3B"):
+        assert (f"Qwen/Qwen3.6-{size}", f"z-lab/Qwen3.6-{size}-DFlash") in qwen35.pairs
+    assert qwen35.pairs[0] == ("Qwen/Qwen3.5-27B", "z-lab/Qwen3.5-27B-DFlash")
+    assert {"Moonlight556/Qwen3.5-0.8B-DFlash", "RedHatAI/Qwen3.5-397B-A17B-speculator.dflash"} <= set(
+        qwen35.dflash_drafters)
+    assert not any(qwen35.is_verified(hub_id) for hub_id in qwen35.targets + qwen35.dflash_drafters)
+    assert qwen.is_verified("Qwen/Qwen3-8B") and qwen.is_verified("z-lab/Qwen3-8B-DFlash-b16")  # real configs
+
+
+@pytest.mark.parametrize("name", list(FAMILIES))
+def test_unverified_and_sources_name_the_family_ids(name):
+    family = get_family(name)
+    known = set(family.targets) | set(family.dflash_drafters)
+    assert len(family.targets) == len(set(family.targets))
+    assert len(family.dflash_drafters) == len(set(family.dflash_drafters))
+    assert set(family.unverified) <= known and len(family.unverified) == len(set(family.unverified))
+    sources = dict(family.sources)
+    assert len(sources) == len(family.sources) and set(sources) <= known
+    assert all(sources.values())
+    for target, drafter in family.pairs:
+        assert target in family.targets and (not drafter or drafter in family.dflash_drafters)
+    for hub_id in known - set(family.unverified):
+        assert family.is_verified(hub_id)
 
 
 def test_families_cli_lists_them(capsys):
@@ -61,6 +97,24 @@ def test_families_cli_lists_them(capsys):
     assert "z-lab/Qwen3-8B-DFlash-b16" in out
     assert cli_main(["families", "--json"]) == 0
     assert [row["name"] for row in json.loads(capsys.readouterr().out)] == list(FAMILIES)
+
+
+def test_families_cli_marks_the_unverified_ids(capsys):
+    assert cli_main(["families"]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    drafters = next(line for line in lines if "z-lab/Qwen3-8B-DFlash-b16" in line)
+    assert "z-lab/Qwen3-8B-DFlash-b16," in drafters and "z-lab/Qwen3-Coder-30B-A3B-DFlash [unverified]" in drafters
+    targets = next(line for line in lines if "Qwen/Qwen3-Coder-30B-A3B-Instruct" in line)
+    assert "Qwen/Qwen3-8B," in targets and "Qwen/Qwen3-Coder-30B-A3B-Instruct [unverified]" not in targets
+    for family in FAMILIES.values():
+        for hub_id in family.unverified:
+            assert f"{hub_id} [unverified]" in "\n".join(lines), hub_id
+    assert any(line.startswith("[unverified]: ") for line in lines)  # the legend
+    assert cli_main(["families", "--json"]) == 0
+    rows = {row["name"]: row for row in json.loads(capsys.readouterr().out)}
+    assert "z-lab/Qwen3-Coder-30B-A3B-DFlash" in rows["qwen3"]["unverified"]
+    assert "z-lab/dflash" in rows["qwen3.5"]["sources"]["z-lab/Qwen3.5-4B-DFlash"]
+    assert ["Qwen/Qwen3-8B", "z-lab/Qwen3-8B-DFlash-b16"] in rows["qwen3"]["pairs"]
 
 
 def test_fingerprint_ignores_the_additional_specials_list(tokenizer):
