@@ -75,11 +75,11 @@ def load_head(head, dtype=None):
         raise AdapterError(f"adapter {head!r} has no base_model_name_or_path (the base head's id or path)")
     try:
         base_location = adapter_base(base, head)
-    except ModelNotFoundError as error:
+        base_head = load_strict(DeLSLocalHead, base_location, "base head", dtype=dtype)
+    except ModelNotFoundError as error:  # no such folder, or a Hub id the Hub could not give
         raise AdapterError(
             f"the adapter's base head {base!r} (from {adapter_config}) cannot be found: {error}"
         ) from None
-    base_head = load_strict(DeLSLocalHead, base_location, f"base head of adapter {head!r}", dtype=dtype)
     if Path(head).is_dir():
         check_safetensors_folder(head)
     try:

@@ -141,7 +141,10 @@ def test_an_adapter_finds_its_base_staged_beside_it_by_hub_id(parts, tmp_path, m
     config_path = parts["adapter"] / "adapter_config.json"
     config_path.write_text(config_path.read_text().replace(str(parts["head"]), "ORG/head"))
     monkeypatch.chdir(tmp_path.parent)  # anywhere
-    with pytest.raises(OSError):  # no card says the sibling folder is ORG/head: the Hub is asked, and is offline
+    monkeypatch.setattr("huggingface_hub.constants.HF_HUB_OFFLINE", True)  # fail at once, as an unreachable Hub
+    # No card says the sibling folder is ORG/head: the Hub is asked, and cannot answer.
+    with pytest.raises(AdapterError, match="base head 'ORG/head' .* cannot be found: base head 'ORG/head' names no "
+                                           "folder under .*, so it was looked up on the Hub"):
         load_head(str(parts["adapter"]))
     write_card(parts["head"], repo_id="ORG/head")
     assert load_head(str(parts["adapter"])).config.vocab_size == make_head(make_tokenizer()).config.vocab_size
