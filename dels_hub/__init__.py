@@ -10,12 +10,14 @@ from .families import FAMILIES, TokenizerFamily, family_of, get_family
 from .fingerprint import tokenizer_fingerprint
 from .fusion import fuse_logits, fusion_weights
 from .generation import CostAware, CostModel, DeLSGenerateOutput, DeLSGenerator, FixedBlocks
-from .heads import DeLSLocalHead, DeLSLocalHeadConfig
+from .heads import DeLSLocalHead, DeLSLocalHeadConfig, NGramHeadConfig, NGramLocalHead
 from .sampling import Warping, sample, warp_probs
 from .verify import verify_greedy, verify_match, verify_rejection
 
 AutoConfig.register(DeLSLocalHeadConfig.model_type, DeLSLocalHeadConfig, exist_ok=True)
 AutoModel.register(DeLSLocalHeadConfig, DeLSLocalHead, exist_ok=True)
+AutoConfig.register(NGramHeadConfig.model_type, NGramHeadConfig, exist_ok=True)
+AutoModel.register(NGramHeadConfig, NGramLocalHead, exist_ok=True)
 
 __version__ = "0.1.0"
 
@@ -32,6 +34,8 @@ __all__ = [
     "DeLSLocalHeadConfig",
     "FAMILIES",
     "FixedBlocks",
+    "NGramHeadConfig",
+    "NGramLocalHead",
     "TokenizerFamily",
     "Warping",
     "build_target_layer_ids",

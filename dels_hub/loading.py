@@ -20,7 +20,7 @@ from .dflash import DFlashDraftModel
 from .errors import AdapterError, CheckpointKeysError, ModelNotFoundError, RecipeError
 from .families import get_family
 from .files import check_safetensors_folder
-from .heads import DeLSLocalHead
+from .heads import DeLSLocalHead, NGramLocalHead
 from .locations import TOKENIZER_FILES, looked_up_on_the_hub, model_location, with_gguf_file
 
 
@@ -67,7 +67,7 @@ def load_head(head, dtype=None):
     dtype, head = dtype or torch.float32, model_location(head, "local head")
     adapter_config = find_adapter_config_file(head)
     if adapter_config is None:
-        return load_strict(DeLSLocalHead, head, "local head", dtype=dtype)
+        return load_strict(head_class(head), head, "local head", dtype=dtype)
     from peft import PeftModel
 
     base = json.loads(open(adapter_config, encoding="utf-8").read()).get("base_model_name_or_path")
@@ -86,6 +86,15 @@ def load_head(head, dtype=None):
         return PeftModel.from_pretrained(base_head, head).merge_and_unload()
     except (KeyError, RuntimeError, ValueError) as error:
         raise AdapterError(f"adapter {head!r} does not apply to its base head {base!r}: {error}") from error
+
+
+def head_class(location: str):
+    """``NGramLocalHead`` for a repo whose config says ``model_type: dels_ngram_head``, else ``DeLSLocalHead``."""
+    from transformers import PretrainedConfig
+
+    with looked_up_on_the_hub(location, "local head"):
+        config, _ = PretrainedConfig.get_config_dict(location)
+    return NGramLocalHead if config.get("model_type") == NGramLocalHead.config_class.model_type else DeLSLocalHead
 
 
 def staged_repo_id(folder) -> str | None:

@@ -1,4 +1,5 @@
 from .configuration_local_head import DeLSLocalHeadConfig
 from .modeling_local_head import DeLSLocalHead, LinearGRUCell
+from .ngram_head import NGramHeadConfig, NGramLocalHead
 
-__all__ = ["DeLSLocalHead", "DeLSLocalHeadConfig", "LinearGRUCell"]
+__all__ = ["DeLSLocalHead", "DeLSLocalHeadConfig", "LinearGRUCell", "NGramHeadConfig", "NGramLocalHead"]

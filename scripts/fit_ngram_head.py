@@ -1,0 +1,69 @@
+"""Fit an n-gram local head (``NGramLocalHead``) on a head recipe's training text, and save it as a head repo.
+
+    python scripts/fit_ngram_head.py --recipe recipes/smollm2-135m.head.toml --order 4 --top-k 8 --min-count 2 \
+        --output-dir runs/smollm2-ngram-head
+
+The repo loads wherever a head does (``head=`` of ``DeLSGenerator.from_pretrained``, ``--head`` of the commands);
+its fusion defaults and tokenizer fingerprint come from the recipe, as a trained head's do.
+"""
+
+import argparse
+import sys
+import time
+from pathlib import Path
+
+import torch
+
+from dels_hub.files import save_pretrained_atomic
+from dels_hub.fingerprint import tokenizer_fingerprint
+from dels_hub.heads.ngram import NGramHead
+from dels_hub.heads.ngram_head import NGramLocalHead
+from dels_hub.loading import load_tokenizer
+from dels_hub.training.data import load_examples
+from dels_hub.training.head import family_name
+from dels_hub.training.recipe import HeadTrainConfig, read_recipe
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--recipe", required=True, help="the head recipe whose data and tokenizer to count")
+    parser.add_argument("--order", type=int, default=4, choices=(2, 3, 4))
+    parser.add_argument("--top-k", type=int, default=8, help="next tokens kept per context")
+    parser.add_argument("--min-count", type=int, default=2, help="contexts seen fewer times are dropped")
+    parser.add_argument("--max-examples", type=int, default=None, help="training sequences (default: the recipe's)")
+    parser.add_argument("--save-dtype", choices=("bf16", "fp32"), default="bf16",
+                        help="of the probabilities and back-off weights (the unigram counts stay fp32, as a GRU "
+                             "head's)")
+    parser.add_argument("--output-dir", required=True)
+    args = parser.parse_args()
+    if args.top_k < 1 or args.min_count < 1:
+        parser.error(f"--top-k and --min-count must be >= 1, got {args.top_k} and {args.min_count}")
+    out = Path(args.output_dir)
+    if out.exists() and any(out.iterdir()):
+        parser.error(f"--output-dir {str(out)!r} is not empty")
+    overrides = {} if args.max_examples is None else {"max_examples": args.max_examples}
+    config = HeadTrainConfig(**read_recipe(HeadTrainConfig, args.recipe) | overrides)
+    tokenizer = load_tokenizer(config.tokenizer, **({"gguf_file": config.gguf_file} if config.gguf_file else {}))
+    started = time.perf_counter()
+    train, _ = load_examples(config, tokenizer)
+    ngram = NGramHead.fit(((e.ids, e.loss_mask) for e in train), len(tokenizer), args.order)
+    fingerprint = {**tokenizer_fingerprint(tokenizer), "family": config.family or family_name(config.tokenizer)}
+    head = NGramLocalHead.from_ngram(
+        ngram, top_k=args.top_k, min_count=args.min_count, block_size=config.block_size,
+        unigram_smoothing=config.unigram_smoothing, tokenizer_fingerprint=fingerprint,
+        alpha=config.alpha[0] if len(config.alpha) == 1 else list(config.alpha),
+        beta=config.beta[0] if len(config.beta) == 1 else list(config.beta), pure_prefix_len=config.pure_prefix_len,
+    )
+    if args.save_dtype == "bf16":  # halves the tables; a head only proposes, the target decides every token
+        for name, buffer in head.named_buffers():
+            if buffer.is_floating_point() and name != "unigram_counts":
+                buffer.data = buffer.data.to(torch.bfloat16)
+    save_pretrained_atomic(head, out)
+    size = sum(path.stat().st_size for path in out.iterdir())
+    print(f"{out}: {len(train)} sequences, {sum(len(e.ids) for e in train):,} tokens, tables "
+          f"{head.config.table_sizes}, {size / 2**20:.1f} MiB [{time.perf_counter() - started:.0f} s]")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
