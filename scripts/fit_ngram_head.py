@@ -34,6 +34,9 @@ def main() -> int:
     parser.add_argument("--save-dtype", choices=("bf16", "fp32"), default="bf16",
                         help="of the probabilities and back-off weights (the unigram counts stay fp32, as a GRU "
                              "head's)")
+    parser.add_argument("--alpha", type=float, default=None, help="fusion alpha (default: the recipe's)")
+    parser.add_argument("--beta", type=float, default=None, help="fusion beta (default: the recipe's)")
+    parser.add_argument("--pure-prefix-len", type=int, default=None, help="(default: the recipe's)")
     parser.add_argument("--output-dir", required=True)
     args = parser.parse_args()
     if args.top_k < 1 or args.min_count < 1:
@@ -41,7 +44,9 @@ def main() -> int:
     out = Path(args.output_dir)
     if out.exists() and any(out.iterdir()):
         parser.error(f"--output-dir {str(out)!r} is not empty")
-    overrides = {} if args.max_examples is None else {"max_examples": args.max_examples}
+    given = {"max_examples": args.max_examples, "pure_prefix_len": args.pure_prefix_len,
+             "alpha": None if args.alpha is None else [args.alpha], "beta": None if args.beta is None else [args.beta]}
+    overrides = {name: value for name, value in given.items() if value is not None}
     config = HeadTrainConfig(**read_recipe(HeadTrainConfig, args.recipe) | overrides)
     tokenizer = load_tokenizer(config.tokenizer, **({"gguf_file": config.gguf_file} if config.gguf_file else {}))
     started = time.perf_counter()
