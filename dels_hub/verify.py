@@ -128,3 +128,42 @@ def committed(tokens, n_accepted, stop_ids, block_index, budget: torch.Tensor) -
     first_stop = torch.where(is_stop_token, block_index, width).amin(-1)
     stopped = first_stop < width
     return torch.where(stopped, first_stop, n_accepted).add(1).minimum(budget), stopped
+
+
+def verify_tree(choices: torch.Tensor, tokens: torch.Tensor, parents: torch.Tensor, depths: torch.Tensor,
+                ancestors: torch.Tensor, k: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """Walk a drafted tree (``generation.tree``'s layout) down the target's own choices.
+
+    ``choices [..., N + 1]`` is the target's token after each node: its argmax (greedy) or its keyed sample (top-token
+    drafts at T > 0, as in ``verify_match``). A node is accepted when it equals the target's choice after its parent
+    and so is every ancestor; siblings hold distinct tokens, so at most one node per depth is. The deepest accepted
+    node ends the path, and the target's choice after it is the bonus. Every committed token is then the target's
+    own choice given the committed prefix, as in a chain.
+
+    Args:
+        choices: the target's token after each node, the root (the anchor) first.
+        tokens, parents, depths: ``[..., N + 1]`` each node's token, parent index and depth (the root's are the
+            anchor, 0 and 0).
+        ancestors: ``[..., N + 1, N + 1]`` bool, ancestor-or-self.
+        k: the deepest a path may go (``block_size - 1``).
+
+    Returns:
+        ``(committed_tokens [..., k + 1], n_accepted [...], path [..., k + 1])``: the committed tokens are
+        ``committed_tokens[:n_accepted + 1]``, as from a chain verifier; ``path`` holds the node index at each
+        depth 0..n_accepted (0, the root, past it).
+    """
+    good = tokens == choices.gather(-1, parents)
+    good[..., 0] = True
+    accepted = ~(ancestors & ~good.unsqueeze(-2)).any(-1)
+    deepest = torch.where(accepted, depths, -1).argmax(-1, keepdim=True)
+    n_accepted = depths.gather(-1, deepest).squeeze(-1)
+    on_path = ancestors.gather(-2, deepest.unsqueeze(-1).expand(*deepest.shape, tokens.shape[-1])).squeeze(-2)
+    nodes = torch.arange(tokens.shape[-1], device=tokens.device).expand_as(tokens)
+    # Each path node to its depth; the other nodes to a spare column past k.
+    path = torch.zeros(tokens.shape[:-1] + (k + 2,), dtype=torch.long, device=tokens.device)
+    path = path.scatter(-1, torch.where(on_path, depths, k + 1), nodes)[..., : k + 1]
+    path = torch.where(torch.arange(k + 1, device=tokens.device) <= n_accepted.unsqueeze(-1), path, 0)
+    index = torch.arange(k + 1, device=tokens.device)
+    drafted = tokens.gather(-1, torch.cat([path[..., 1:], path[..., :1]], dim=-1))  # the path's tokens after the root
+    bonus = choices.gather(-1, deepest)
+    return torch.where(index < n_accepted.unsqueeze(-1), drafted, bonus), n_accepted, path

@@ -4,7 +4,8 @@
 #
 #     OUT=some/dir bash scripts/gpu_check.sh [extra gpu_fast_loop_bench.py options]
 #
-# It runs the GPU tests, then times the loops, each under a time limit, so that the whole call ends inside
+# It runs the GPU tests, then times the loops (chains at forced acceptance lengths, the cost-aware policy, and token
+# trees of 16, 32 and 64 nodes), each under a time limit, so that the whole call ends inside
 # TOTAL_S (default 480 s) with whatever finished: the benchmark rewrites its JSON after every row. Logs, the
 # JSON and both exit codes (status.txt) go to $OUT. It exits non-zero when either step failed.
 set -uo pipefail

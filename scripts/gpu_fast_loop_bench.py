@@ -31,6 +31,7 @@ from dels_hub import DeLSGenerator, DeLSLocalHead, DeLSLocalHeadConfig, DFlashCo
 from dels_hub.generation import decode
 from dels_hub.generation.decode_state import static_cache_supported
 from dels_hub.generation.policy import describe_policy, pooled
+from dels_hub.generation.tree import DEFAULT_BRANCHING, TreeSettings
 
 # Published Qwen3 shapes (config.json of Qwen/Qwen3-4B and Qwen/Qwen3-8B).
 SHAPES = {
@@ -261,6 +262,24 @@ def cost_aware(generator, prompts, new_tokens):
                 draft_ms=cost.draft_ms)
 
 
+def trees(generator, prompts, args):
+    """Token trees of each budget (the static loop, eager, the head on, the fixed policy): a block's milliseconds and
+    tokens/s, and whether the tree's greedy tokens equal the chain's. Random weights accept little, so the figure
+    that matters is the block's cost against the chain's: what a verify of N + 1 tokens and the tree's growth cost
+    on this device."""
+    chain = run_loop(generator, prompts[0], args.new_tokens, args.block_size, True)[0].sequences
+    rows = {}
+    for budget in args.tree_budgets:
+        generator.tree = TreeSettings(budget, DEFAULT_BRANCHING)
+        try:
+            rows[budget] = measure(generator, prompts, args.new_tokens, args.block_size, True, args.repeats)
+            rows[budget]["greedy_equals_chain"] = torch.equal(
+                run_loop(generator, prompts[0], args.new_tokens, args.block_size, True)[0].sequences, chain)
+        finally:
+            generator.tree = None
+    return rows
+
+
 def variants(args):
     """(label, fast, compiled, with head): the eager DynamicCache loop first (the reference of every speedup).
     Compiled, the head runs inside the draft graph, so its cost is the graphs row minus the same row without it."""
@@ -351,6 +370,9 @@ def bench_shape(name, args, device, dtype, result: dict, save):
     result["target_generate"] = attempt(target_alone, target, prompts, args.new_tokens, args.repeats)
     save()
     result["cost_aware"] = attempt(cost_aware, generator, prompts, args.new_tokens)
+    save()
+    if args.tree_budgets:
+        result["trees"] = attempt(trees, generator, prompts, args)
     del target, drafter, head, generator
     if torch.device(device).type == "cuda":
         result["peak_memory_gib"] = torch.cuda.max_memory_allocated() / 2**30
@@ -402,6 +424,8 @@ def main():
     parser.add_argument("--layers", type=int, default=None, help="override the target layer count (quick pass)")
     parser.add_argument("--ks", type=int, nargs="+", default=[1, 4, 8, 15], help="forced acceptance lengths")
     parser.add_argument("--block-size", type=int, default=16)
+    parser.add_argument("--tree-budgets", type=int, nargs="*", default=[16, 32, 64],
+                        help="token-tree rows: drafted nodes per block (none: skip them)")
     parser.add_argument("--prompt-len", type=int, default=64)
     parser.add_argument("--prompts", type=int, default=2)
     parser.add_argument("--new-tokens", type=int, default=128)

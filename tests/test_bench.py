@@ -268,6 +268,21 @@ def test_draft_vocab_adds_a_pruned_row_beside_each_speculative_row(models, chat_
         BenchSettings(target="T", dflash="D", draft_vocab=8).validate()
 
 
+def test_tree_rows_sit_beside_their_chain_rows_and_are_compared_with_them(models, chat_tokenizer, jsonl_dataset):
+    target, drafter, head = models
+    results = run_bench(target, drafter, [head], tokenizer=chat_tokenizer, dataset=jsonl_dataset, num_prompts=2,
+                        max_new_tokens=12, peers=False, progress=False, policies=["fixed"], tree_budgets=[4, 9])
+    rows = {row["name"]: row for row in results["rows"]}
+    assert results["greedy_check"]["ok"]
+    for budget in (4, 9):
+        dflash, dels = f"DFlash (b=8), tree {budget}", f"DeLS (b=8, head0), tree {budget}"
+        assert rows[dflash]["gain_of_tree"]["baseline"] == "DFlash (b=8)"
+        assert rows[dels]["gain_of_tree"]["baseline"] == "DeLS (b=8, head0)"
+        assert rows[dels]["gain_over_dflash"]["baseline"] == dflash  # the head's gain on trees of the same budget
+        assert rows[dels]["policy"]["chosen_drafts"].keys() == {budget}
+    assert results["settings"]["tree_budgets"] == [4, 9]
+
+
 def test_sampling_run_skips_the_equality_check(models, chat_tokenizer, jsonl_dataset):
     target, drafter, _ = models
     results = run_bench(
@@ -374,6 +389,9 @@ class Untouchable:
         ({"dataset": "sharegpt", "score": True}, BenchArgumentError),
         ({"dataset": "humaneval", "copy_ngram": -1}, FusionScheduleError),
         ({"dataset": "humaneval", "copy_ngram": 2, "copy_gamma": float("inf")}, FusionScheduleError),
+        ({"dataset": "humaneval", "tree_budgets": [0]}, BenchArgumentError),
+        ({"dataset": "humaneval", "tree_budgets": [8], "temperature": 0.7, "draft_mode": "sampled"},
+         BenchArgumentError),
     ],
 )
 def test_bad_settings_fail_before_any_work(options, error):

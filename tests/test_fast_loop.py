@@ -439,7 +439,7 @@ def test_gpu_bench_script_writes_every_row_on_smoke_shapes(tmp_path):
     output = tmp_path / "fast.json"
     environment = dict(os.environ, PYTHONPATH=str(root), OMP_NUM_THREADS="1")
     subprocess.run([sys.executable, str(root / "scripts" / "gpu_fast_loop_bench.py"), "--smoke", "--ks", "1", "3",
-                    "--compile", "--json", str(output)], cwd=tmp_path, env=environment, check=True,
+                    "--compile", "--tree-budgets", "4", "8", "--json", str(output)], cwd=tmp_path, env=environment, check=True,
                    capture_output=True, timeout=600)
     (result,) = json.loads(output.read_text())["results"]
     assert result["fast_equals_eager_greedy"] is True
@@ -453,3 +453,6 @@ def test_gpu_bench_script_writes_every_row_on_smoke_shapes(tmp_path):
     assert result["target_generate"]["tokens_per_s"] > 0
     policy = result["cost_aware"]  # the default policy with the real verifier, and the device's cost table
     assert policy["tokens_per_s"] > 0 and len(policy["verify_ms"]) == 16 and policy["policy"]["policy"] == "cost-aware"
+    trees = result["trees"]  # JSON keys: the budgets
+    assert sorted(trees) == ["4", "8"]
+    assert all(tree["greedy_equals_chain"] is True and tree["block_ms"] > 0 for tree in trees.values())

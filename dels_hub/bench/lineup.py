@@ -77,7 +77,9 @@ def build_rows(
             rows += copy_rows(settings, row, fused)
     if settings.draft_vocab:
         rows += vocab_rows(rows, most_frequent(heads[0].unigram_counts, settings.draft_vocab))
+    chains = [row for row in rows if row.kind in ("dflash", "dels")]
     rows = policy_rows(rows, settings.policies, settings.draft_mode)
+    rows += tree_rows(settings, chains)
     wanted = settings.peer_names
     skipped = [{"row": f"transformers {name}", "reason": "not asked for (peers)"}
                for name in PEERS if name not in wanted]
@@ -123,6 +125,29 @@ def vocab_rows(rows: list[Row], token_ids) -> list[LoopRow]:
         row.compare_to_full_vocab = base.name
         pruned.append(row)
     return pruned
+
+
+def tree_rows(settings: BenchSettings, chains: list[LoopRow]) -> list[LoopRow]:
+    """Each chain row again as a tree of each budget (the fixed policy), paired with its chain row (the tree's gain)
+    and, for a DeLS tree, with the DFlash tree of the same budget (the head's gain on trees)."""
+    trees = []
+    for budget in settings.tree_budgets:
+        by_chain = {}
+        for base in chains:
+            chain = base.generator
+            generator = DeLSGenerator(chain.target, chain.drafter, chain.head, chain.tokenizer,
+                                      copy_ngram=chain.copy.max_ngram, copy_gamma=chain.copy.gamma,
+                                      tree_budget=budget, tree_branching=settings.tree_branching)
+            row = LoopRow(f"{base.name}, tree {budget}", base.kind, generator, base.block_size, base.head, base.alpha,
+                          base.beta, "fixed", settings.draft_mode)
+            row.compare_to_chain = base.name
+            by_chain[base.name] = row
+            trees.append(row)
+        for base in chains:
+            for link in ("compare_to", "compare_to_head", "compare_to_base"):
+                if getattr(base, link) in by_chain:
+                    setattr(by_chain[base.name], link, by_chain[getattr(base, link)].name)
+    return trees
 
 
 def policy_rows(rows: list[Row], policies: list[str], draft_mode: str) -> list[Row]:

@@ -9,6 +9,7 @@ from pathlib import Path
 
 from ..files import replaced_atomically, write_text_atomic
 from .engine import engine_markdown
+from .rows import GAINS
 
 TABLE_COLUMNS = (
     "Row", "tau (95% CI)", "TPOT ms", "tokens/s", "Speedup", "Paired speedup (median, min-max)",
@@ -118,9 +119,7 @@ def markdown_table(results: dict) -> str:
             + (": other processes were running, so absolute times are inflated; compare ratios." if busy else ".")
         )
     gains = [row[key] | {"row": row["name"]} for row in results["rows"]
-             for key in ("gain_over_dflash", "gain_over_first_head", "gain_of_copy", "gain_of_draft_vocab",
-                         "gain_over_prompt_lookup", "gain_over_fixed_blocks")
-             if row.get(key)]
+             for key in GAINS if row.get(key)]
     for gain in gains:
         if gain["tau_difference"]["mean"] is not None:
             diff, speedup = gain["tau_difference"], gain["speedup"]

@@ -14,6 +14,7 @@ from pathlib import Path
 
 from ..files import write_text_atomic
 from .cli import add_bench_arguments
+from .rows import GAINS
 
 DEFAULT_RESULTS = "results"
 DEFAULT_PAGE = "docs/results.md"
@@ -155,8 +156,7 @@ def gain_lines(run: dict) -> list[str]:
     """The paired gains that the bench measured (DeLS over DFlash, the copy expert, cost-aware over fixed...)."""
     lines = []
     for row in run["rows"]:
-        for key in ("gain_over_dflash", "gain_over_first_head", "gain_of_copy", "gain_of_draft_vocab",
-                    "gain_over_prompt_lookup", "gain_over_fixed_blocks"):
+        for key in GAINS:
             gain = row.get(key)
             if not gain or gain["tau_difference"]["mean"] is None:
                 continue

@@ -65,9 +65,22 @@ class Row:
     compare_to_full_vocab: str | None = None  # a pruned-vocabulary row's row that drafts over every token, idem
     compare_to_peer: str | None = None  # a "+ copy" row's model-free copier (prompt lookup) in the same run, idem
     compare_to_policy: str | None = None  # a cost-aware row's fixed-blocks twin, idem
+    compare_to_chain: str | None = None  # a tree row's chain row (same drafter, head and copy), idem
 
     def generate(self, input_ids: torch.Tensor, sampling: Sampling, seed: int) -> Sample:
         raise NotImplementedError
+
+
+# Each paired gain a summary row may hold -> the ``Row`` field naming its baseline row.
+GAINS = {
+    "gain_over_dflash": "compare_to",
+    "gain_over_first_head": "compare_to_head",
+    "gain_of_copy": "compare_to_base",
+    "gain_of_draft_vocab": "compare_to_full_vocab",
+    "gain_over_prompt_lookup": "compare_to_peer",
+    "gain_over_fixed_blocks": "compare_to_policy",
+    "gain_of_tree": "compare_to_chain",
+}
 
 
 class LoopRow(Row):

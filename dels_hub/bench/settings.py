@@ -14,6 +14,7 @@ from ..errors import BenchArgumentError
 from ..generation.generator import DRAFT_MODES
 from ..generation.policy import POLICIES
 from ..generation.settings import checked_block_size
+from ..generation.tree import DEFAULT_BRANCHING
 from ..locations import model_location
 from .prompts import DATASET_NAMES, check_dataset_name
 from .rows import Sampling
@@ -61,6 +62,11 @@ class BenchSettings:
     draft_mode: str = option("top", f"at T > 0, one of {', '.join(DRAFT_MODES)}: top-token drafts matched against "
                              "the target's samples, or sampled drafts verified by rejection sampling",
                              choices=DRAFT_MODES)
+    tree_budgets: list[int] = option(default_factory=list, name="tree_budget", nargs="+", type=int, metavar="N",
+                                help="add a 'tree N' row beside every DFlash and DeLS row (and + copy row) for each "
+                                     "N: a token tree of N drafted nodes per block, verified in one forward (the "
+                                     "fixed policy), paired with its chain row")
+    tree_branching: int = option(DEFAULT_BRANCHING, "children kept per expanded node of the tree rows", metavar="C")
     seed: int = option(0, "prompt subset and sampling seed")
     out: str | None = option(None, "where results.json, results.md, samples.jsonl and the PNGs go (the Python "
                              "API's None writes nothing)", cli_default="bench-out", metavar="DIR")
@@ -102,6 +108,13 @@ class BenchSettings:
             (bool(self.policies) and all(p in POLICIES for p in self.policies)
              and len(set(self.policies)) == len(self.policies),
              f"policies must be distinct values of {list(POLICIES)}, got {self.policies!r}"),
+            (all(isinstance(n, int) and n >= 1 for n in self.tree_budgets)
+             and len(set(self.tree_budgets)) == len(self.tree_budgets),
+             f"tree budgets must be distinct integers >= 1, got {self.tree_budgets!r}"),
+            (self.tree_branching >= 1, f"tree_branching must be >= 1, got {self.tree_branching}"),
+            (not self.tree_budgets or self.temperature == 0 or self.draft_mode == "top",
+             "tree rows verify top-token drafts at T > 0: use --draft-mode top"),
+            (not self.tree_budgets or self.batch_size is None, "--tree-budget runs in the per-prompt bench"),
             (self.draft_mode in DRAFT_MODES,
              f"draft_mode must be one of {list(DRAFT_MODES)}, got {self.draft_mode!r}"),
             (self.engine is None or self.batch_size is None,

@@ -7,7 +7,7 @@ from ..generation.policy import pooled
 from . import stats
 from .lineup import BASELINE, REFERENCE
 from .prompts import Prompt
-from .rows import Row
+from .rows import GAINS, Row
 
 
 def summarize(rows: list[Row], runs: dict, prompts: list[Prompt], greedy: dict | None) -> list[dict]:
@@ -41,10 +41,8 @@ def summarize(rows: list[Row], runs: dict, prompts: list[Prompt], greedy: dict |
             "policy": pooled([r["policy"] for r in recs]),
             "per_prompt": recs,
         }
-        for key, base in (("gain_over_dflash", row.compare_to), ("gain_over_first_head", row.compare_to_head),
-                          ("gain_of_copy", row.compare_to_base), ("gain_of_draft_vocab", row.compare_to_full_vocab),
-                          ("gain_over_prompt_lookup", row.compare_to_peer),
-                          ("gain_over_fixed_blocks", row.compare_to_policy)):
+        for key, link in GAINS.items():
+            base = getattr(row, link)
             if base in records:
                 summary[key] = gain_over(records[base], recs, tpot[base], tpot[row.name]) | {"baseline": base}
         summaries.append(summary)

@@ -38,12 +38,22 @@ class StaticSlotCache:
         self.write_positions: torch.Tensor | None = None
         self.slots = torch.arange(max_len, device=self.device)
 
-    def forward_inputs(self, positions: torch.Tensor, model, cache_arg: str, slots=None) -> dict:
+    def forward_inputs(self, positions: torch.Tensor, model, cache_arg: str, slots=None, mask=None) -> dict:
         """The cache and mask arguments of a forward at ``positions [B, T]``, which it writes (or ``slots [B, T]``:
-        a padded prompt's pads go to trash slots)."""
+        a padded prompt's pads go to trash slots, a tree's nodes to one slot each). ``mask``: given when not causal
+        by position (a tree's)."""
         self.write_positions = positions if slots is None else slots
-        mask = causal_mask(self.slots, positions, model.dtype, model.config._attn_implementation)
+        if mask is None:
+            mask = causal_mask(self.slots, positions, model.dtype, model.config._attn_implementation)
         return {cache_arg: self, "attention_mask": mask}
+
+    def move(self, sources: torch.Tensor, destinations: torch.Tensor) -> None:
+        """Copy slots ``sources [B, D]`` to ``destinations [B, D]`` in every layer, every source read before any
+        destination is written: a tree's accepted path goes to the slots of its positions."""
+        for buffers in (self.keys, self.values):
+            for buffer in buffers:
+                index = sources[:, None, :, None].expand(-1, buffer.shape[1], -1, buffer.shape[-1])
+                buffer.scatter_(2, destinations[:, None, :, None].expand_as(index), buffer.gather(2, index))
 
     def keep(self, length: int) -> None:
         """Slots past ``length`` are masked until rewritten: nothing to do."""
@@ -126,7 +136,7 @@ class DynamicTargetCache:
     def __init__(self):
         self.cache = DynamicCache()
 
-    def forward_inputs(self, positions: torch.Tensor, model, cache_arg: str, slots=None) -> dict:
+    def forward_inputs(self, positions: torch.Tensor, model, cache_arg: str, slots=None, mask=None) -> dict:
         return {cache_arg: self.cache}
 
     def keep(self, length: int) -> None:

@@ -39,9 +39,10 @@ from ..sampling import Warping, choose, keyed_sample, warp_probs
 from ..verify import committed, to_host, verify_block, verify_match
 from .decode_state import FAST_ATTENTION, DecodeState, PaddedDraft, realigned
 from .drafting import context_features, propose
-from .graph_steps import Drafting, compiled, draft_step, graph_warping, static, verify_step
+from .graph_steps import Drafting, compiled, draft_step, eager_hidden, graph_warping, static, verify_step
 from .output import DecodeResult
 from .policy import FixedBlocks, PolicyStats
+from .tree_block import check_tree_decoding, draft_tree, verify_tree_block
 from .settings import DecodeSettings
 
 
@@ -85,6 +86,9 @@ def speculative_decode(
     if batch > 1 and (compile or not static_cache):
         raise UnsupportedInputError(f"a batch of {batch} rows needs the static cache without compile (compiled "
                                     "decoding and the DynamicCache path run one row at a time for now)")
+    tree = settings.tree if k > 0 else None
+    if tree is not None:
+        check_tree_decoding(settings, static_cache, compile, policy)
     layer_ids = drafter.config.target_layer_ids
     embed = target.get_input_embeddings()
     lm_head = target.get_output_embeddings() if lm_head is None else lm_head
@@ -117,6 +121,7 @@ def speculative_decode(
                                  workspace={} if workspace is None else workspace, trash=width if padding else 0,
                                  sampled_drafts=sampled_drafts, confidence=width_from_drafts)
     verify = compiled(verify_step, device) if compile else verify_step
+    node_index = torch.arange(tree.budget + 1, device=device) if tree is not None else None
     draft_graph = compiled(draft_step, device) if graph_draft else None
 
     # 1. Prefill (eager, any length): the target reads the prompts and commits each row's first token. A padded
@@ -179,7 +184,7 @@ def speculative_decode(
         block_positions = state.start_at.unsqueeze(1) + state.block_index  # [B, bs]
         block = state.output.gather(1, block_positions)  # [anchor, MASK...]: nothing is written past an anchor
         state.verify_ids[:, 0] = block[:, 0]
-        q, confidence = None, None
+        q, confidence, grown, path = None, None, None, None
         if compile and device.type == "cuda":
             torch.compiler.cudagraph_mark_step_begin()  # the previous block's graph outputs are no longer read
         # 2. Draft, or not: one DFlash forward over the new context and the block, then the head over the block.
@@ -187,7 +192,9 @@ def speculative_decode(
         prompt_draft = drafted and first_block  # it reads the whole prompt: a time no later block repeats
         if drafted:
             features = joined(features, plain_steps, state.padded)
-            if state.padded is not None:
+            if tree is not None:
+                grown = draft_tree(state, drafting, features, block, block_positions, starts[0], tree)
+            elif state.padded is not None:
                 # The graph has one context shape (the last verify's block_size rows); the first block's prompt and
                 # a context grown by plain steps run eagerly.
                 step = draft_step if first_block or draft_graph is None or features.shape[1] != k + 1 else draft_graph
@@ -196,20 +203,29 @@ def speculative_decode(
             else:
                 q, confidence = draft_eagerly(state, drafting, features, block, starts[0], generator)
             first_block = False
-            plan = policy.plan(to_host(confidence) if width_from_drafts else None, k + 1, len(rows))
+            plan = policy.plan(to_host(confidence) if width_from_drafts else None,
+                               k + 1 if grown is None else grown.size, len(rows))
         else:
             plan = policy.plain(len(rows))
         width_now = plan.width
 
-        # 3. Verify: one target forward over [anchor, the drafts to verify] at each row's positions.
-        logits, hidden_states = verify(target, state.verify_ids[:, :width_now], block_positions[:, :width_now],
-                                       state.target_cache, cache_arg)
-        if match:  # the target's draw at each verified position, for the token after it
-            p = warp_probs(logits, warping)
-            draws = keyed_sample(p, key, row_ids, block_positions[:, :width_now] + 1)
-            tokens, n_accepted = verify_match(state.drafts[:, : width_now - 1], p, draws=draws)
+        # 3. Verify: one target forward over [anchor, the drafts to verify] at each row's positions (or over the
+        # tree, each node at its depth's position and in a slot of its own, then the accepted path moves to the
+        # slots of its positions).
+        if grown is not None:
+            tokens, n_accepted, path, hidden_states = verify_tree_block(
+                verify, target, grown, state, cache_arg, block_positions, node_index, k,
+                (key, row_ids, warping) if match else None)
+            width_now = k + 1
         else:
-            tokens, n_accepted = verify_block(warping, state.drafts[:, : width_now - 1], q, logits, generator)
+            logits, hidden_states = verify(target, state.verify_ids[:, :width_now], block_positions[:, :width_now],
+                                           state.target_cache, cache_arg)
+            if match:  # the target's draw at each verified position, for the token after it
+                p = warp_probs(logits, warping)
+                draws = keyed_sample(p, key, row_ids, block_positions[:, :width_now] + 1)
+                tokens, n_accepted = verify_match(state.drafts[:, : width_now - 1], p, draws=draws)
+            else:
+                tokens, n_accepted = verify_block(warping, state.drafts[:, : width_now - 1], q, logits, generator)
 
         # 4. Commit on the device, then the one host transfer per block: every row's count and stop (and, for the
         # policy, its copy match at the new anchor).
@@ -232,6 +248,8 @@ def speculative_decode(
         # A plain step's row waits in plain_steps: the drafter catches up the next time it drafts.
         if k > 0:
             new_features = context_features(hidden_states, layer_ids)
+            if path is not None:  # the tree's accepted path, from the anchor: the rows a chain would have kept
+                new_features = new_features.gather(1, path.unsqueeze(-1).expand(-1, -1, new_features.shape[-1]))
             if not drafted:
                 plain_steps.append((new_features[:, :1], block_positions[:, :1]))
             elif state.padded is not None:
@@ -318,12 +336,7 @@ def draft_eagerly(state: DecodeState, drafting: Drafting, features, block, start
     """Draft a single row's block into ``state.drafts`` with the drafter over its ``StaticDraftCache``; returns
     ``(q or None when the drafts are not sampled, confidence [B, k])``. ``features`` is every context row the drafter
     has not read: the last drafted block's accepted rows and one row per plain step since."""
-    cache, positions = state.draft_cache, state.positions
-    hidden = drafting.drafter(target_hidden=features, noise_embedding=drafting.embed(block),
-                              position_ids=positions[:, cache.length : start + block.shape[1]], past_key_values=cache,
-                              use_cache=True)
-    cache.crop(start)  # keep context keys/values only; the block is redrafted next time
-    slot_hidden = hidden[:, 1:]
+    slot_hidden = eager_hidden(drafting, state.draft_cache, state.positions, features, block, start)
     _, q = propose(drafting.lm_head(slot_hidden), block[:, 0], drafting.warping, generator, drafting.head,
                    drafting.log_prior, drafting.alpha, drafting.beta, drafts=state.drafts, q=state.q_buffer,
                    copy=drafting.copy_chain(state.output, start, slot_hidden), confidence=state.confidence)

@@ -86,8 +86,8 @@ class DecodeState:
         prompt has no padding). ``sampled_drafts``: drafts are sampled (``q`` is kept). ``confidence``: the
         drafts' probabilities are reported (the policy chooses the verify's width from them)."""
         device, (rows, width), block_size = input_ids.device, input_ids.shape, settings.block_size
-        # The last verify starts below max_len - 1 and covers block_size slots.
-        cache_len = width + settings.max_new_tokens + block_size
+        # The last verify starts below max_len - 1 and covers block_size slots (a tree's, one per node).
+        cache_len = width + settings.max_new_tokens + settings.verify_width
         if compile:
             cache_len = -(-cache_len // COMPILE_BUCKET) * COMPILE_BUCKET
         # Only compiled runs keep their caches between calls (graphs are recorded against their addresses);

@@ -29,6 +29,7 @@ from .graph_steps import Drafting, compiled, draft_step, verify_step
 from .output import DeLSGenerateOutput
 from .policy import POLICIES, is_policy, make_policy
 from .settings import DecodeSettings, checked_block_size
+from .tree import DEFAULT_BRANCHING, checked_tree
 
 DRAFT_MODES = ("top", "sampled")
 logger = logging.getLogger(__name__)
@@ -52,11 +53,14 @@ class DeLSGenerator:
     draft. ``draft_mode`` at T > 0: ``"top"`` (default) drafts the fused argmax and keeps it while the target's own
     samples match, ``"sampled"`` samples drafts and rejection-samples them (the cost-aware policy then verifies
     every draft of a drafted block: choosing from sampled drafts would bias the verifier). Every choice is exact.
+    ``tree_budget`` N > 0 drafts a token tree of N nodes per block instead of a chain (``generation/tree.py``),
+    each expanded node keeping its ``tree_branching`` most probable children, and verifies it in one target forward;
+    trees draft every block (the fixed policy) and, at T > 0, verify top-token drafts.
     """
 
     def __init__(self, target, drafter, head=None, tokenizer=None, *, alpha=None, beta=None, pure_prefix_len=None,
                  copy_ngram: int = 0, copy_gamma=DEFAULT_GAMMA, draft_vocab=None, policy: str = "cost-aware",
-                 draft_mode: str = "top"):
+                 draft_mode: str = "top", tree_budget: int | None = None, tree_branching: int = DEFAULT_BRANCHING):
         check_compatibility(target, drafter, head, tokenizer)
         for name, part in (("drafter", drafter), ("head", head)):
             if part is not None and part.dtype != target.dtype:  # else a matmul fails mid-generation
@@ -80,6 +84,7 @@ class DeLSGenerator:
         self.draft_lm_head = self._draft_lm_head(draft_vocab)
         self.policy = policy if is_policy(policy) else checked_choice("policy", policy, POLICIES)
         self.draft_mode = checked_choice("draft_mode", draft_mode, DRAFT_MODES)
+        self.tree = checked_tree(tree_budget, tree_branching)
         self._policies: dict = {}  # one cost-aware policy per calibration key and draft mode: what it learned stays
         # Opt-in: compile the static loop's per-block steps, verify and draft + head (CUDA graphs on CUDA). Off until
         # measured on a GPU. Compiled on CUDA, seeded sampling draws differently from the eager loop (same
@@ -184,6 +189,8 @@ class DeLSGenerator:
         fast: bool | None = None,
         policy: str | None = None,
         draft_mode: str | None = None,
+        tree_budget: int | None = None,
+        tree_branching: int | None = None,
         **kwargs,
     ):
         """Drop-in for ``target.generate``: returns ``LongTensor [B, prompt + new]``, or a
@@ -201,12 +208,19 @@ class DeLSGenerator:
         ``block_size``, ``alpha``, ``beta``, ``copy_ngram``, ``copy_gamma``, ``policy``, ``draft_mode`` override this
         generator's settings for this call; ``policy`` may also be a policy object (``CostAware`` over a cost model of
         your own, ``FixedBlocks``). What the policy chose is in ``policy_summary`` of the returned dict.
+        ``tree_budget`` and ``tree_branching`` override the generator's tree (``tree_budget=0``: chains).
 
         ``fast``: None keeps the target's KV cache in a static cache when the target allows it
         (``static_cache_supported``), False keeps the target's own DynamicCache, True forces the static cache (and
         fails if it cannot serve the target). The loop is the same, and so are the tokens.
         """
-        policy = self.policy if policy is None else policy
+        tree = self.tree if tree_budget is None and tree_branching is None else checked_tree(
+            (self.tree.budget if self.tree else 0) if tree_budget is None else tree_budget,
+            (self.tree.branching if self.tree else DEFAULT_BRANCHING) if tree_branching is None else tree_branching)
+        if tree is not None and policy not in (None, "fixed"):
+            raise GenerationArgumentError(f"tree_budget={tree.budget} drafts a tree every block (the fixed policy); "
+                                          f"got policy={policy!r}")
+        policy = ("fixed" if tree is not None else self.policy) if policy is None else policy
         if not is_policy(policy):
             checked_choice("policy", policy, POLICIES)
         draft_mode = self.draft_mode if draft_mode is None else checked_choice("draft_mode", draft_mode, DRAFT_MODES)
@@ -228,7 +242,7 @@ class DeLSGenerator:
             device=self.device,
         )
         settings = DecodeSettings(max_new_tokens, block_size, warping, stop_ids, *weights, copy.weights(self.device),
-                                  pad_id=pad_id_for(config), draft_mode=draft_mode)
+                                  pad_id=pad_id_for(config), draft_mode=draft_mode, tree=tree)
         static_cache = self._use_static_cache(fast)
         self._check_batch(input_ids.shape[0], streamer, static_cache)
         if generator is None and seed is not None:

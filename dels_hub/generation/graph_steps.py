@@ -54,13 +54,15 @@ class Drafting:
         return CopyChain(tokens, anchor, self.copy_weights, unpruned)
 
 
-def verify_step(model, ids, positions, cache, cache_arg: str, logits_to_keep: int = 0, slots=None):
+def verify_step(model, ids, positions, cache, cache_arg: str, logits_to_keep: int = 0, slots=None, mask=None):
     """One target forward at ``positions [B, T]`` through ``cache`` -> ``(logits, hidden_states)``.
 
     Fixed shapes for a fixed ``T`` (the static cache's mask included). ``slots``: where the cache writes, when not
-    at the positions (a padded prompt's pads).
+    at the positions (a padded prompt's pads, a tree's nodes). ``mask``: the static cache's attention mask, when
+    not causal by position (a tree's, ``tree.tree_mask``).
     """
-    out = model(input_ids=ids, position_ids=positions, **cache.forward_inputs(positions, model, cache_arg, slots),
+    out = model(input_ids=ids, position_ids=positions,
+                **cache.forward_inputs(positions, model, cache_arg, slots, mask),
                 use_cache=True, output_hidden_states=True, logits_to_keep=logits_to_keep)
     return out.logits, out.hidden_states
 
@@ -70,6 +72,22 @@ def draft_step(drafting: Drafting, features, context_positions, context_real, bl
     """Draft one block of each row through the drafter's ``StaticSlotCache`` -> ``(drafts [B, k], q [B, k, V] or
     None, confidence [B, k] or None)`` (``confidence`` as in ``drafting.propose``, when ``drafting.confidence``).
 
+    ``features`` .. ``cache`` as in ``draft_hidden``; ``races``: ``[B, k, V]`` Exp(1) draws for sampling (None when
+    greedy); ``tokens``, ``anchor``: the ``[B, T]`` token buffer and the ``[B]`` anchor positions, read by the copy
+    expert.
+    """
+    slot_hidden = draft_hidden(drafting, features, context_positions, context_real, block, block_positions, cache)
+    confidence = (torch.empty(slot_hidden.shape[:2], dtype=torch.float32, device=slot_hidden.device)
+                  if drafting.confidence else None)
+    drafts, q = propose(drafting.lm_head(slot_hidden), block[:, 0], drafting.warping, None, drafting.head,
+                        drafting.log_prior, drafting.alpha, drafting.beta, races=races,
+                        copy=drafting.copy_chain(tokens, anchor, slot_hidden), confidence=confidence)
+    return drafts, q, confidence
+
+
+def draft_hidden(drafting: Drafting, features, context_positions, context_real, block, block_positions, cache):
+    """The drafter's hidden states ``[B, k, H]`` of block slots 1..k, through its ``StaticSlotCache`` (padded).
+
     Args:
         features, context_positions: ``[B, C, F*H]`` target features of the context not yet cached, at
             positions ``[B, C]``; ``context_real [B, C]`` (bool, on the device) is False on padding rows (a rejected
@@ -77,8 +95,6 @@ def draft_step(drafting: Drafting, features, context_positions, context_real, bl
         block, block_positions: ``[B, bs]`` the blocks ``[anchor, MASK...]`` and their positions.
         cache: the drafter's ``StaticSlotCache``, whose top slots lie past every position: padding row i goes to
             slot ``slots - 1 - i``.
-        races: ``[B, k, V]`` Exp(1) draws for sampling (None when greedy).
-        tokens, anchor: the ``[B, T]`` token buffer and the ``[B]`` anchor positions, read by the copy expert.
     """
     drafter = drafting.drafter
     rows = torch.arange(features.shape[1], device=features.device)
@@ -91,13 +107,18 @@ def draft_step(drafting: Drafting, features, context_positions, context_real, bl
     hidden = drafter(target_hidden=features, noise_embedding=drafting.embed(block),
                      position_ids=torch.cat([context_positions, block_positions], dim=1), past_key_values=cache,
                      use_cache=True, attention_mask=mask)
-    slot_hidden = hidden[:, 1:]
-    confidence = (torch.empty(slot_hidden.shape[:2], dtype=torch.float32, device=slot_hidden.device)
-                  if drafting.confidence else None)
-    drafts, q = propose(drafting.lm_head(slot_hidden), block[:, 0], drafting.warping, None, drafting.head,
-                        drafting.log_prior, drafting.alpha, drafting.beta, races=races,
-                        copy=drafting.copy_chain(tokens, anchor, slot_hidden), confidence=confidence)
-    return drafts, q, confidence
+    return hidden[:, 1:]
+
+
+def eager_hidden(drafting: Drafting, cache, positions, features, block, start: int) -> torch.Tensor:
+    """The drafter's hidden states ``[1, k, H]`` of a single row's block slots 1..k, through its ``StaticDraftCache``
+    (eager): ``features`` is every context row the drafter has not read, ``positions`` the loop's arange, ``start``
+    the anchor's position. The cache keeps the context only: the block is redrafted next time."""
+    hidden = drafting.drafter(target_hidden=features, noise_embedding=drafting.embed(block),
+                              position_ids=positions[:, cache.length : start + block.shape[1]],
+                              past_key_values=cache, use_cache=True)
+    cache.crop(start)
+    return hidden[:, 1:]
 
 
 def graph_warping(warping: Warping, device) -> Warping:

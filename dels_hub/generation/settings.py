@@ -8,6 +8,7 @@ import torch
 
 from ..errors import BlockSizeError
 from ..sampling import Warping
+from .tree import TreeSettings
 
 
 def checked_block_size(block_size, trained: int | None = None, *, minimum: int = 1) -> int:
@@ -39,6 +40,7 @@ class DecodeSettings:
         draft_mode: at T > 0, ``"top"`` drafts the fused argmax and accepts while the target's own samples match
             (``verify.verify_match``), ``"sampled"`` samples drafts from the fused q and rejection-samples them
             (``verify.verify_rejection``); both are exact. Greedy ignores it.
+        tree: draft a token tree per block instead of a chain (``tree.py``); None drafts chains.
     """
 
     max_new_tokens: int
@@ -50,3 +52,9 @@ class DecodeSettings:
     copy_weights: torch.Tensor | None = None
     pad_id: int = 0
     draft_mode: str = "top"
+    tree: TreeSettings | None = None
+
+    @property
+    def verify_width(self) -> int:
+        """The most tokens one verify reads per row: the block, or the tree's root and nodes."""
+        return self.block_size if self.tree is None else max(self.block_size, self.tree.budget + 1)

@@ -1,0 +1,231 @@
+"""Token trees (``generation/tree.py``, ``verify.verify_tree``, the tree block of the decode loop): the tree's shape,
+its verifier, and exactness end to end, greedy and sampled, with negative controls."""
+
+import pytest
+import torch
+from test_generation import chi_square_pvalue, exact_distribution, sampled_counts
+
+from dels_hub import DeLSGenerator, Warping
+from dels_hub.copy_expert import CopyChain
+from dels_hub.errors import GenerationArgumentError, UnsupportedInputError
+from dels_hub.generation.tree import TreeSettings, ancestor_matrix, grow_tree, tree_mask
+from dels_hub.verify import verify_tree
+
+from conftest import SMALL_VOCAB, make_dflash, make_head, make_tokenizer, small_prompts
+
+
+def candidate_count(k: int, budget: int, branching: int) -> int:
+    """How many nodes ``grow_tree`` grows before keeping the best ``budget``: each expanded node keeps
+    ``min(branching, budget)`` children, and each depth expands its ``branching`` best."""
+    wide, count, frontier = min(branching, budget), 0, 1
+    for _ in range(k):
+        count += frontier * wide
+        frontier = min(branching, frontier * wide)
+    return count
+
+
+def random_logits(rows=2, k=4, vocab=30, seed=0):
+    return torch.randn((rows, k, vocab), generator=torch.Generator().manual_seed(seed)) * 3
+
+
+# ---- growing the tree -------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("budget,branching", [(1, 1), (4, 2), (7, 1), (16, 4), (32, 4), (9, 3)])
+def test_the_tree_is_a_tree_of_the_most_probable_paths(budget, branching):
+    logits = random_logits(k=4)
+    tree = grow_tree(logits, torch.tensor([3, 5]), TreeSettings(budget, branching))
+    rows, size = tree.tokens.shape
+    assert size == min(budget, candidate_count(4, budget, branching)) + 1
+    assert torch.equal(tree.tokens[:, 0], torch.tensor([3, 5])) and (tree.depths[:, 0] == 0).all()
+    nodes = torch.arange(1, size)
+    # Parents come first, one level up; siblings hold distinct tokens.
+    assert (tree.parents[:, 1:] < nodes).all()
+    assert torch.equal(tree.depths.gather(1, tree.parents)[:, 1:] + 1, tree.depths[:, 1:])
+    for b in range(rows):
+        pairs = {(int(p), int(t)) for p, t in zip(tree.parents[b, 1:], tree.tokens[b, 1:])}
+        assert len(pairs) == size - 1
+    # The kept first-level nodes are the most probable first tokens.
+    first = tree.tokens[:, 1:][tree.depths[:, 1:] == 1].view(rows, -1)
+    best = logits[:, 0].topk(first.shape[1], -1).indices
+    assert torch.equal(first.sort(-1).values, best.sort(-1).values)
+    # The ancestor matrix follows parent links.
+    assert torch.equal(tree.ancestors, ancestor_matrix(tree.parents, 4))
+    assert tree.ancestors[:, :, 0].all() and tree.ancestors.diagonal(dim1=1, dim2=2).all()
+
+
+def test_a_tree_with_branching_one_is_the_greedy_chain():
+    logits = random_logits(k=5)
+    tree = grow_tree(logits, torch.tensor([0, 0]), TreeSettings(5, 1))
+    assert torch.equal(tree.tokens[:, 1:], logits.argmax(-1))
+    assert torch.equal(tree.parents[:, 1:], torch.arange(5).expand(2, -1))
+
+
+def test_branches_read_their_own_prefix_with_the_head_and_the_copy_expert():
+    """DFlash's logits are the same on every branch; with the head or the copy vote, siblings' children differ."""
+    tokenizer = make_tokenizer(SMALL_VOCAB - 2)
+    head = make_head(tokenizer, vocab=SMALL_VOCAB - 2, alpha=0.8, beta=0.3)
+    logits = random_logits(rows=1, k=3, vocab=SMALL_VOCAB, seed=4)
+    anchor = torch.tensor([2])
+    alpha, beta = torch.full((3,), 4.0), torch.full((3,), 0.3)
+    plain = grow_tree(logits, anchor, TreeSettings(100, 3))  # every candidate kept
+    fused = grow_tree(logits, anchor, TreeSettings(100, 3), head, head.log_prior(), alpha, beta)
+
+    def children(tree, depth):
+        kids = {}
+        for node in range(1, tree.size):
+            if tree.depths[0, node] == depth:
+                kids.setdefault(int(tree.parents[0, node]), []).append(int(tree.tokens[0, node]))
+        return [sorted(v) for v in kids.values()]
+
+    assert all(kids == children(plain, 2)[0] for kids in children(plain, 2))  # DFlash alone: the same children
+    assert len({tuple(kids) for kids in children(fused, 2)}) > 1
+    text = torch.tensor([[2, 7, 9, 2, 7, 9, 1, 2]])  # "2 7 9" recurs: after 2 -> 7, after 2 7 -> 9
+    copy = CopyChain(text, 7, torch.tensor([0.0, 30.0, 30.0]))
+    copied = grow_tree(logits, anchor, TreeSettings(2, 3), copy=copy)  # room for the two best nodes only
+    assert copied.tokens[0, 1:].tolist() == [7, 9] and copied.parents[0].tolist() == [0, 0, 1], \
+        "the copy vote leads its branch down the repeated text"
+
+
+def test_tree_mask_shows_each_node_its_ancestors_and_the_committed_context():
+    parents = torch.tensor([[0, 0, 0, 1, 2]])
+    ancestors = ancestor_matrix(parents, 2)
+    mask = tree_mask(torch.arange(12), torch.tensor([4]), ancestors, torch.float32, "sdpa")[0, 0]
+    assert mask[:, :4].all() and not mask[:, 9:].any()
+    expected = torch.tensor([[1, 0, 0, 0, 0], [1, 1, 0, 0, 0], [1, 0, 1, 0, 0], [1, 1, 0, 1, 0], [1, 0, 1, 0, 1]])
+    assert torch.equal(mask[:, 4:9].long(), expected)
+
+
+# ---- verifying it -------------------------------------------------------------------------------------
+
+
+def test_verify_tree_follows_the_targets_choices_down_one_branch():
+    #        root(5)
+    #       /      \
+    #     1: 7    2: 8
+    #     |        |  \
+    #   3: 4     4: 6  5: 9
+    tokens = torch.tensor([[5, 7, 8, 4, 6, 9]])
+    parents = torch.tensor([[0, 0, 0, 1, 2, 2]])
+    depths = torch.tensor([[0, 1, 1, 2, 2, 2]])
+    ancestors = ancestor_matrix(parents, 2)
+    # The target picks 8 after the root, 9 after node 2, then 3 after node 5.
+    choices = torch.tensor([[8, 0, 9, 0, 0, 3]])
+    out, n, path = verify_tree(choices, tokens, parents, depths, ancestors, k=3)
+    assert int(n) == 2 and out[0, :3].tolist() == [8, 9, 3] and path[0, :3].tolist() == [0, 2, 5]
+    # Nothing matches: the target's own token after the root.
+    out, n, path = verify_tree(torch.tensor([[1, 0, 0, 0, 0, 0]]), tokens, parents, depths, ancestors, k=3)
+    assert int(n) == 0 and int(out[0, 0]) == 1 and path[0].tolist() == [0, 0, 0, 0]
+    # A child whose parent was rejected is not accepted even if it matches (node 3's parent 1 is not the choice).
+    out, n, _ = verify_tree(torch.tensor([[8, 4, 1, 0, 0, 0]]), tokens, parents, depths, ancestors, k=3)
+    assert int(n) == 1 and out[0, :2].tolist() == [8, 1]
+
+
+# ---- end to end ----------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("budget,branching", [(3, 2), (8, 4), (16, 4)])
+@pytest.mark.parametrize("with_head", [False, True])
+@pytest.mark.parametrize("copy_ngram", [0, 2])
+def test_tree_greedy_equals_target_greedy(small, budget, branching, with_head, copy_ngram):
+    target = small["qwen3"]
+    drafter = make_dflash(4, SMALL_VOCAB - 1, vocab=SMALL_VOCAB, seed=5)
+    generator = DeLSGenerator(target, drafter, small["head"] if with_head else None, small["tokenizer"],
+                              copy_ngram=copy_ngram, tree_budget=budget, tree_branching=branching)
+    chain = DeLSGenerator(target, drafter, small["head"] if with_head else None, small["tokenizer"],
+                          copy_ngram=copy_ngram, policy="fixed")
+    tree_lengths, chain_lengths = [], []
+    for input_ids in small_prompts(count=4):
+        expected = target.generate(input_ids, max_new_tokens=30, do_sample=False)
+        out = generator.generate(input_ids, max_new_tokens=30, return_dict_in_generate=True)
+        assert torch.equal(out.sequences, expected)
+        # Every block verified a whole tree (the fixed policy), its size capped by what the tree could grow.
+        assert list(out.policy_summary["chosen_drafts"]) == [min(budget, candidate_count(3, budget, branching))]
+        tree_lengths += out.acceptance_lengths
+        chain_lengths += chain.generate(input_ids, max_new_tokens=30, return_dict_in_generate=True).acceptance_lengths
+    assert max(tree_lengths) <= 4
+    assert sum(tree_lengths) / len(tree_lengths) >= sum(chain_lengths) / len(chain_lengths) - 0.5
+
+
+def test_tree_greedy_equals_target_greedy_for_a_left_padded_batch(small):
+    target = small["llama"]
+    drafter = make_dflash(4, SMALL_VOCAB - 1, vocab=SMALL_VOCAB, seed=5)
+    generator = DeLSGenerator(target, drafter, small["head"], small["tokenizer"], copy_ngram=2, tree_budget=8)
+    prompts = [prompt[:, :length] for prompt, length in zip(small_prompts(count=3, length=7), (7, 4, 6))]
+    width = max(p.shape[1] for p in prompts)
+    input_ids = torch.stack([torch.cat([torch.zeros(width - p.shape[1], dtype=torch.long), p[0]]) for p in prompts])
+    mask = torch.stack([torch.cat([torch.zeros(width - p.shape[1]), torch.ones(p.shape[1])]) for p in prompts]).long()
+    out = generator.generate(input_ids, attention_mask=mask, max_new_tokens=25)
+    for row, prompt in enumerate(prompts):
+        expected = target.generate(prompt, max_new_tokens=25, do_sample=False)[0, prompt.shape[1]:]
+        assert torch.equal(out[row, width:width + expected.shape[0]], expected)
+
+
+def test_a_broken_tree_cache_is_caught(small, monkeypatch):
+    """Negative control: without moving the accepted path to the slots of its positions, the target reads the wrong
+    keys at the next block, and the greedy check fails."""
+    from dels_hub.generation.caches import StaticSlotCache
+
+    monkeypatch.setattr(StaticSlotCache, "move", lambda self, sources, destinations: None)
+    target = small["qwen3"]
+    generator = DeLSGenerator(target, make_dflash(4, SMALL_VOCAB - 1, vocab=SMALL_VOCAB, seed=5), small["head"],
+                              small["tokenizer"], tree_budget=8)
+    mismatches = 0
+    for input_ids in small_prompts(count=4):
+        expected = target.generate(input_ids, max_new_tokens=30, do_sample=False)
+        mismatches += not torch.equal(generator.generate(input_ids, max_new_tokens=30), expected)
+    assert mismatches > 0
+
+
+def test_sampled_tree_text_equals_plain_sampling_for_a_seed(small):
+    """Top-token trees at T > 0 keep the target's keyed draws: a seed gives the text of plain decoding."""
+    target = small["qwen3"]
+    generator = DeLSGenerator(target, make_dflash(4, SMALL_VOCAB - 1, vocab=SMALL_VOCAB, seed=5), small["head"],
+                              small["tokenizer"], copy_ngram=2)
+    for seed, input_ids in enumerate(small_prompts(count=3)):
+        settings = dict(max_new_tokens=20, do_sample=True, temperature=0.8, top_k=0, seed=seed)
+        plain = generator.generate(input_ids, block_size=1, **settings)
+        assert torch.equal(generator.generate(input_ids, tree_budget=8, **settings), plain)
+
+
+def accept_any_child(choices, tokens, parents, depths, ancestors, k):
+    """A biased tree verifier (negative control): accepts the first child of the root and of each accepted node, as
+    if it had matched, so the output follows the drafter, not the target."""
+    fake = choices.clone()
+    for node in range(tokens.shape[-1] - 1, 0, -1):  # the first child (lowest index) of each parent wins
+        fake.scatter_(-1, parents[..., node : node + 1], tokens[..., node : node + 1])
+    return verify_tree(fake, tokens, parents, depths, ancestors, k)
+
+
+@pytest.mark.parametrize("biased", [False, True])
+def test_sampled_trees_follow_the_target_distribution(small, monkeypatch, biased):
+    target = small["qwen3"]
+    if biased:
+        monkeypatch.setattr("dels_hub.generation.tree_block.verify_tree", accept_any_child)
+    generator = DeLSGenerator(target, make_dflash(4, SMALL_VOCAB - 1, vocab=SMALL_VOCAB), small["head"],
+                              small["tokenizer"], tree_budget=6, tree_branching=2)
+    input_ids, new_tokens, samples = small_prompts(count=1)[0], 3, 2000
+    expected = exact_distribution(target, input_ids, Warping(1.0, 0, 1.0), new_tokens)
+    counts = sampled_counts(generator, input_ids, samples, new_tokens, temperature=1.0, top_k=0, top_p=1.0)
+    pvalue = chi_square_pvalue(counts, expected, samples)
+    assert (pvalue < 1e-6) if biased else (pvalue > 1e-3)
+
+
+def test_tree_arguments_are_checked_before_any_work(small):
+    target = small["qwen3"]
+    drafter = make_dflash(4, SMALL_VOCAB - 1, vocab=SMALL_VOCAB)
+    with pytest.raises(GenerationArgumentError, match="tree_budget must be an integer >= 1.*got -2"):
+        DeLSGenerator(target, drafter, None, small["tokenizer"], tree_budget=-2)
+    with pytest.raises(GenerationArgumentError, match="tree_branching must be an integer >= 1.*got 0"):
+        DeLSGenerator(target, drafter, None, small["tokenizer"], tree_budget=4, tree_branching=0)
+    generator = DeLSGenerator(target, drafter, None, small["tokenizer"], tree_budget=4)
+    input_ids = small_prompts(count=1)[0]
+    with pytest.raises(GenerationArgumentError, match="policy='cost-aware'"):
+        generator.generate(input_ids, policy="cost-aware")
+    with pytest.raises(UnsupportedInputError, match="draft_mode='top'"):
+        generator.generate(input_ids, do_sample=True, draft_mode="sampled")
+    with pytest.raises(UnsupportedInputError, match="static cache"):
+        generator.generate(input_ids, fast=False)
+    # tree_budget=0 turns a generator's tree off for one call.
+    assert torch.equal(generator.generate(input_ids, tree_budget=0, max_new_tokens=8),
+                       target.generate(input_ids, max_new_tokens=8, do_sample=False))
