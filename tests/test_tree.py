@@ -253,3 +253,32 @@ def test_tree_arguments_are_checked_before_any_work(small):
     # tree_budget=0 turns a generator's tree off for one call.
     assert torch.equal(generator.generate(input_ids, tree_budget=0, max_new_tokens=8),
                        target.generate(input_ids, max_new_tokens=8, do_sample=False))
+
+
+def tree_replay_script():
+    """scripts/tree_replay.py, which measures tree shapes by greedy replay."""
+    import importlib.util
+    from pathlib import Path
+
+    path = Path(__file__).resolve().parent.parent / "scripts" / "tree_replay.py"
+    spec = importlib.util.spec_from_file_location("tree_replay", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_the_replay_of_trees_gives_the_loops_acceptance(small):
+    """The replay that chose the tree shape (``scripts/tree_replay.py``) accepts what the loop accepts, block by block,
+    for chains and trees, with and without the head."""
+    target, head = small["qwen3"], small["head"]
+    drafter = make_dflash(4, SMALL_VOCAB - 1, vocab=SMALL_VOCAB, seed=5)
+    prompts = small_prompts(count=3)
+    sequences = [(target.generate(ids, max_new_tokens=24, do_sample=False), ids.shape[1]) for ids in prompts]
+    taus = tree_replay_script().replay(target, drafter, sequences, {"DFlash": None, "head": head},
+                                       ["chain", "6:3"], None)
+    for label, part in (("DFlash", None), ("head", head)):
+        generator = DeLSGenerator(target, drafter, part, small["tokenizer"], policy="fixed")
+        for shape, tree in (("chain", {}), ("6:3", {"tree_budget": 6, "tree_branching": 3})):
+            loop = [generator.generate(ids, max_new_tokens=24, return_dict_in_generate=True, **tree).tau
+                    for ids in prompts]
+            assert taus[label][shape] == pytest.approx(loop), (label, shape)
