@@ -16,6 +16,7 @@ from .arguments import (
 )
 from .generation.generator import DRAFT_MODES
 from .generation.policy import POLICIES, describe_policy
+from .generation.tree import DEFAULT_BRANCHING
 
 
 def _add_generate(subparsers):
@@ -41,12 +42,17 @@ def _add_generate(subparsers):
                         help="the copy expert's gamma at a full-length match (default: the tuned default)")
     parser.add_argument("--draft-vocab", type=positive_int, default=None, metavar="N",
                         help="the drafter scores only the head's N most frequent tokens (default: every token)")
-    parser.add_argument("--policy", choices=POLICIES, default="cost-aware",
-                        help="cost-aware: draft and verify only what pays on this machine (plain steps included); "
-                             "fixed: draft every block, verify every draft")
+    parser.add_argument("--policy", choices=POLICIES, default=None,
+                        help="cost-aware (the default): draft and verify only what pays on this machine (plain steps "
+                             "included); fixed: draft every block, verify every draft (the default with a tree)")
     parser.add_argument("--draft-mode", choices=DRAFT_MODES, default="top",
                         help="at --temperature > 0: top-token drafts matched against the target's samples, or "
                              "sampled drafts verified by rejection sampling")
+    parser.add_argument("--tree-budget", type=non_negative_int, default=0, metavar="N",
+                        help="draft a token tree of N nodes per block instead of a chain, verified in one forward "
+                             "(0: chains)")
+    parser.add_argument("--tree-branching", type=positive_int, default=DEFAULT_BRANCHING, metavar="C",
+                        help="children kept per expanded node of the tree")
     parser.set_defaults(func=_generate)
 
 
@@ -54,14 +60,21 @@ def _generate(args):
     from transformers import TextStreamer
 
     from .copy_expert import DEFAULT_GAMMA, CopySettings
+    from .errors import GenerationArgumentError
     from .generation import DeLSGenerator
 
     # Validated before anything loads.
     copy = CopySettings(args.copy_ngram, DEFAULT_GAMMA if args.copy_gamma is None else args.copy_gamma)
     fusion = fusion_schedules(args)
+    if args.tree_budget and args.policy == "cost-aware":
+        raise GenerationArgumentError(f"--tree-budget {args.tree_budget} drafts a tree every block (the fixed "
+                                      "policy); drop --policy cost-aware")
+    policy = args.policy or ("fixed" if args.tree_budget else "cost-aware")
     generator = DeLSGenerator.from_pretrained(args.target, args.dflash, args.head, copy_ngram=copy.max_ngram,
                                               copy_gamma=copy.gamma, draft_vocab=args.draft_vocab, **fusion,
-                                              policy=args.policy, draft_mode=args.draft_mode, **args.target_kwargs)
+                                              policy=policy, draft_mode=args.draft_mode,
+                                              tree_budget=args.tree_budget, tree_branching=args.tree_branching,
+                                              **args.target_kwargs)
     input_ids = generator.tokenizer.apply_chat_template(
         [{"role": "user", "content": args.prompt}], add_generation_prompt=True, return_tensors="pt", return_dict=True
     )["input_ids"]

@@ -238,6 +238,8 @@ def test_the_packaged_smollm2_loads_without_naming_its_gguf():
     (["--target-kwargs", "{gguf_file: x}"], "argument --target-kwargs: not valid JSON"),
     (["--target-kwargs", "[1]"], "argument --target-kwargs: expected a JSON object"),
     (["--copy-ngram", "-2"], "argument --copy-ngram: expected an integer >= 0"),
+    (["--tree-budget", "-1"], "argument --tree-budget: expected an integer >= 0"),
+    (["--tree-budget", "8", "--tree-branching", "0"], "argument --tree-branching: expected an integer >= 1"),
 ])
 def test_generate_rejects_bad_values_before_loading(capsys, flags, message):
     from dels_hub.cli import main
@@ -256,3 +258,11 @@ def test_generate_takes_the_decoding_settings():
     assert (args.block_size, args.alpha, args.beta) == (4, [0.5, 0.4, 0.3], [0.2])
     with pytest.raises(SystemExit):
         build_parser().parse_args(["generate", "--target", "T", "--dflash", "D", "--prompt", "hi", "--block-size", "0"])
+
+
+def test_generate_refuses_a_tree_under_the_cost_aware_policy_before_loading(capsys):
+    from dels_hub.cli import main
+
+    argv = ["generate", "--target", "/no/such/target", "--dflash", "/no/such/drafter", "--prompt", "hi"]
+    assert main([*argv, "--tree-budget", "8", "--policy", "cost-aware"]) == 2
+    assert "--tree-budget 8 drafts a tree every block" in capsys.readouterr().err

@@ -111,6 +111,8 @@ class DeLSGenerator:
         draft_vocab=None,
         policy: str = "cost-aware",
         draft_mode: str = "top",
+        tree_budget: int | None = None,
+        tree_branching: int = DEFAULT_BRANCHING,
         **target_kwargs,
     ) -> "DeLSGenerator":
         """Load or adopt the three parts.
@@ -132,10 +134,13 @@ class DeLSGenerator:
             draft_vocab: prune the draft vocabulary to the head's N most frequent tokens, or to these token ids.
             policy: ``"cost-aware"`` (default), ``"fixed"``, or a policy object.
             draft_mode: at T > 0, ``"top"`` (default) or ``"sampled"``.
+            tree_budget: draft a token tree of this many nodes per block instead of a chain (None or 0: chains).
+            tree_branching: children kept per expanded node of the tree.
         """
         if not is_policy(policy):
             checked_choice("policy", policy, POLICIES)  # before anything loads
         checked_choice("draft_mode", draft_mode, DRAFT_MODES)
+        checked_tree(tree_budget, tree_branching)
         if head is None and isinstance(draft_vocab, int) and not isinstance(draft_vocab, bool):
             raise DraftVocabularyError(NO_HEAD_TO_COUNT.format(draft_vocab))
         if isinstance(target, (str, os.PathLike)):  # a bad path, or a folder with several GGUF files, fails here
@@ -154,7 +159,7 @@ class DeLSGenerator:
             head = head.to(**place)
         return cls(target, drafter, head, tokenizer, alpha=alpha, beta=beta, pure_prefix_len=pure_prefix_len,
                    copy_ngram=copy_ngram, copy_gamma=copy_gamma, draft_vocab=draft_vocab, policy=policy,
-                   draft_mode=draft_mode)
+                   draft_mode=draft_mode, tree_budget=tree_budget, tree_branching=tree_branching)
 
     @property
     def block_size(self) -> int:
