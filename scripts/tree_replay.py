@@ -108,7 +108,8 @@ def main(argv=None) -> int:
     copy_weights = CopySettings(args.copy_ngram).weights() if args.copy_ngram else None
     taus = replay(target, drafter, sequences, heads, ["chain", *[s for s in args.shapes if s != "chain"]],
                   copy_weights)
-    summary = {label: {text: sum(values) / len(values) for text, values in rows.items()} for label, rows in taus.items()}
+    summary = {label: {text: sum(values) / len(values) for text, values in rows.items()}
+               for label, rows in taus.items()}
     for label, rows in summary.items():
         chain = rows["chain"]
         print(label, "  ".join(f"{text}: {tau:.3f} ({100 * (tau / chain - 1):+.1f}%)" for text, tau in rows.items()))

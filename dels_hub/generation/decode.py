@@ -21,6 +21,10 @@ Rows of a batch are ragged: each has its own positions (a left-padded prompt is 
 token sits at position 0), accepts its own number of tokens per block and stops on its own. A finished row leaves
 the batch (its caches are compacted once), so it costs no more compute.
 
+With ``settings.tree``, a drafted block is a token tree instead of a chain (``tree.py``, ``tree_block.py``): grown
+from the same DFlash forward, verified in one target forward under an ancestor mask, and its accepted path, moved to
+the slots of its positions, is committed exactly as a chain's accepted drafts are.
+
 Each block makes one device-to-host transfer after its verify: every row's committed count and stop, packed together
 (the tokens are committed on the device, so the cost-aware policy's copy signal can travel with them). Under the
 cost-aware policy (``policy.py``) a block that drafts greedy or top-token drafts makes one more, of the drafts'
@@ -42,8 +46,8 @@ from .drafting import context_features, propose
 from .graph_steps import Drafting, compiled, draft_step, eager_hidden, graph_warping, static, verify_step
 from .output import DecodeResult
 from .policy import FixedBlocks, PolicyStats
-from .tree_block import check_tree_decoding, draft_tree, verify_tree_block
 from .settings import DecodeSettings
+from .tree_block import check_tree_decoding, draft_tree, verify_tree_block
 
 
 @torch.inference_mode()
