@@ -115,11 +115,15 @@ class CopyChain:
     def candidate(self) -> tuple[torch.Tensor, torch.Tensor]:
         """Each row's copied token ``[B, 1]``, the one that followed its longest, most recent match, and its gamma
         ``[B, 1]`` (0 without a match), at the current slot."""
+        return self.branch_candidates(self.matches.unsqueeze(1))
+
+    def branch_candidates(self, matches: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """``candidate()`` of each branch of a token tree, from its own matches ``[B, F, T]``: ``[B, F]`` each."""
         size = self.tokens.shape[1]
         # gather with index tensors, never x[0-dim tensor]: on CUDA a 0-dim index is read on the host (a sync).
-        best = (self.matches * size + self.positions).argmax(-1, keepdim=True)  # [B, 1]
+        best = (matches * size + self.positions).argmax(-1)  # [B, F]
         copied = self.tokens.gather(1, (best + 1).clamp(max=size - 1))
-        return copied, self.weights[self.matches.gather(1, best)]
+        return copied, self.weights[matches.gather(2, best.unsqueeze(-1)).squeeze(-1)]
 
     def unprune(self, dflash_logits: torch.Tensor, candidate: tuple[torch.Tensor, torch.Tensor]) -> torch.Tensor:
         """``dflash_logits [B, V]`` with each row's voted candidate scored by its full LM head row where a pruned
@@ -140,10 +144,15 @@ class CopyChain:
     def extend(self, token: torch.Tensor) -> None:
         """Each row's chain grew by ``token [B]`` (its drafted id): matches ending at j continue where ``c[j]``
         equals it."""
-        previous = torch.cat([self.matches.new_zeros((self.matches.shape[0], 1)), self.matches[:, :-1]], dim=1)
-        grown = (previous + 1).clamp(max=self.max_ngram)
-        self.matches = torch.where(self.candidates & (self.tokens == token.unsqueeze(1)), grown, 0)
+        self.matches = self.branch_extended(self.matches.unsqueeze(1), token.unsqueeze(1)).squeeze(1)
         self.slot += 1
+
+    def branch_extended(self, matches: torch.Tensor, token: torch.Tensor) -> torch.Tensor:
+        """``extend`` of each branch of a token tree: its matches ``[B, F, T]`` after it grew by ``token [B, F]``."""
+        previous = torch.cat([matches.new_zeros(matches.shape[:2] + (1,)), matches[..., :-1]], dim=-1)
+        grown = (previous + 1).clamp(max=self.max_ngram)
+        same = self.candidates.unsqueeze(1) & (self.tokens.unsqueeze(1) == token.unsqueeze(-1))
+        return torch.where(same, grown, 0)
 
 
 def longest_matches(tokens: torch.Tensor, anchor: torch.Tensor, weights: torch.Tensor) -> torch.Tensor:

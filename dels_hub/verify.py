@@ -162,8 +162,8 @@ def verify_tree(choices: torch.Tensor, tokens: torch.Tensor, parents: torch.Tens
     # Each path node to its depth; the other nodes to a spare column past k.
     path = torch.zeros(tokens.shape[:-1] + (k + 2,), dtype=torch.long, device=tokens.device)
     path = path.scatter(-1, torch.where(on_path, depths, k + 1), nodes)[..., : k + 1]
-    path = torch.where(torch.arange(k + 1, device=tokens.device) <= n_accepted.unsqueeze(-1), path, 0)
     index = torch.arange(k + 1, device=tokens.device)
+    path = torch.where(index <= n_accepted.unsqueeze(-1), path, 0)
     drafted = tokens.gather(-1, torch.cat([path[..., 1:], path[..., :1]], dim=-1))  # the path's tokens after the root
     bonus = choices.gather(-1, deepest)
     return torch.where(index < n_accepted.unsqueeze(-1), drafted, bonus), n_accepted, path

@@ -22,6 +22,18 @@ def cost_model_cache(tmp_path_factory):
     patch.undo()
 
 
+def load_script(name: str):
+    """``scripts/NAME.py`` as a module (the scripts are not a package)."""
+    import importlib.util
+    from pathlib import Path
+
+    path = Path(__file__).resolve().parent.parent / "scripts" / f"{name}.py"
+    spec = importlib.util.spec_from_file_location(name, path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
 VOCAB = 96  # embedding rows of the tiny targets
 HIDDEN = 64
 

@@ -11,7 +11,7 @@ from dels_hub.errors import GenerationArgumentError, UnsupportedInputError
 from dels_hub.generation.tree import TreeSettings, ancestor_matrix, grow_tree, tree_mask
 from dels_hub.verify import verify_tree
 
-from conftest import SMALL_VOCAB, make_dflash, make_head, make_tokenizer, small_prompts
+from conftest import SMALL_VOCAB, load_script, make_dflash, make_head, make_tokenizer, small_prompts
 
 
 def candidate_count(k: int, budget: int, branching: int, frontier: int | None = None) -> int:
@@ -255,18 +255,6 @@ def test_tree_arguments_are_checked_before_any_work(small):
                        target.generate(input_ids, max_new_tokens=8, do_sample=False))
 
 
-def tree_replay_script():
-    """scripts/tree_replay.py, which measures tree shapes by greedy replay."""
-    import importlib.util
-    from pathlib import Path
-
-    path = Path(__file__).resolve().parent.parent / "scripts" / "tree_replay.py"
-    spec = importlib.util.spec_from_file_location("tree_replay", path)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
 def test_the_replay_of_trees_gives_the_loops_acceptance(small):
     """The replay that chose the tree shape (``scripts/tree_replay.py``) accepts what the loop accepts, block by block,
     for chains and trees, with and without the head."""
@@ -274,7 +262,7 @@ def test_the_replay_of_trees_gives_the_loops_acceptance(small):
     drafter = make_dflash(4, SMALL_VOCAB - 1, vocab=SMALL_VOCAB, seed=5)
     prompts = small_prompts(count=3)
     sequences = [(target.generate(ids, max_new_tokens=24, do_sample=False), ids.shape[1]) for ids in prompts]
-    taus = tree_replay_script().replay(target, drafter, sequences, {"DFlash": None, "head": head},
+    taus = load_script("tree_replay").replay(target, drafter, sequences, {"DFlash": None, "head": head},
                                        ["chain", "6:3"], None)
     for label, part in (("DFlash", None), ("head", head)):
         generator = DeLSGenerator(target, drafter, part, small["tokenizer"], policy="fixed")

@@ -1,9 +1,7 @@
 """The DeLS head for vLLM, the parts that need no vLLM: the drafter folder the plugin's architecture is named in,
 and the fused logits its ``compute_logits`` returns (vLLM itself runs them in tests/test_engine.py)."""
 
-import importlib.util
 import json
-from pathlib import Path
 
 import pytest
 import torch
@@ -20,7 +18,7 @@ from dels_hub.vllm_plugin import (
     write_drafter_folder,
 )
 
-from conftest import VOCAB, make_dflash, make_head, make_tokenizer
+from conftest import VOCAB, load_script, make_dflash, make_head, make_tokenizer
 
 
 @pytest.fixture(scope="module")
@@ -33,11 +31,7 @@ def parts(tmp_path_factory):
 
 def engine_script():
     """scripts/vllm_generate.py, which holds the reference chain that the engine test checks vLLM's worker with."""
-    path = Path(__file__).resolve().parent.parent / "scripts" / "vllm_generate.py"
-    spec = importlib.util.spec_from_file_location("vllm_generate", path)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return load_script("vllm_generate")
 
 
 HEAD_VOCAB = VOCAB - 4  # conftest's tokenizer (and so its head) has fewer ids than the target's embedding rows

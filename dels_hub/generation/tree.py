@@ -44,15 +44,14 @@ class TreeSettings:
 def checked_tree(budget, branching=DEFAULT_BRANCHING) -> TreeSettings | None:
     """``TreeSettings`` from a ``tree_budget`` (0 or None: chains) and ``tree_branching``, both integers >= 1, or
     ``GenerationArgumentError`` naming the bad one."""
-    for name, value in (("tree_budget", budget), ("tree_branching", branching)):
-        if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value < 0):
-            raise GenerationArgumentError(f"{name} must be an integer >= 1 (tree_budget 0 or None: chains), "
-                                          f"got {value!r}")
-    if not budget:
-        return None
-    if not branching:
+    def integer(value, least: int) -> bool:
+        return isinstance(value, int) and not isinstance(value, bool) and value >= least
+
+    if budget is not None and not integer(budget, 0):
+        raise GenerationArgumentError(f"tree_budget must be an integer >= 1 (0 or None: chains), got {budget!r}")
+    if not integer(branching, 1):
         raise GenerationArgumentError(f"tree_branching must be an integer >= 1, got {branching!r}")
-    return TreeSettings(budget, branching)
+    return TreeSettings(budget, branching) if budget else None
 
 
 @dataclass
@@ -112,7 +111,7 @@ def grow_tree(
         else:
             logits = logits.float()
         if copy is not None:
-            copied, gamma = branch_candidates(copy, matches)
+            copied, gamma = copy.branch_candidates(matches)
             logits = logits.scatter_add(2, copied.unsqueeze(-1), gamma.unsqueeze(-1))
         top_logp, top_ids = logits.log_softmax(-1).topk(wide, dim=-1)  # [B, F, c]: distinct tokens per node
         child_score = (score.unsqueeze(-1) + top_logp.double()).flatten(1)  # [B, F * c]
@@ -136,26 +135,9 @@ def grow_tree(
             head_logits = head_logits.view(rows, token.shape[1], -1)
         if copy is not None:
             matches = matches.gather(1, from_node.unsqueeze(-1).expand(-1, -1, matches.shape[-1]))
-            matches = branch_extended(copy, matches, token)
+            matches = copy.branch_extended(matches, token)
     return kept_tree(torch.cat(tokens, 1), torch.cat(parents, 1), torch.cat(scores, 1), torch.cat(depths, 1),
                      settings.budget, k)
-
-
-def branch_candidates(copy: CopyChain, matches: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-    """Each branch's copied token and gamma ``[B, F]`` from its matches ``[B, F, T]`` (``CopyChain.candidate`` per
-    branch: the longest, most recent match)."""
-    size = copy.tokens.shape[1]
-    best = (matches * size + copy.positions).argmax(-1)  # [B, F]
-    copied = copy.tokens.gather(1, (best + 1).clamp(max=size - 1))
-    return copied, copy.weights[matches.gather(2, best.unsqueeze(-1)).squeeze(-1)]
-
-
-def branch_extended(copy: CopyChain, matches: torch.Tensor, token: torch.Tensor) -> torch.Tensor:
-    """``matches [B, F, T]`` after each branch grew by ``token [B, F]`` (``CopyChain.extend`` per branch)."""
-    previous = torch.cat([matches.new_zeros(matches.shape[:2] + (1,)), matches[..., :-1]], dim=-1)
-    grown = (previous + 1).clamp(max=copy.max_ngram)
-    same = copy.candidates.unsqueeze(1) & (copy.tokens.unsqueeze(1) == token.unsqueeze(-1))
-    return torch.where(same, grown, 0)
 
 
 def kept_tree(tokens, parents, scores, depths, budget: int, k: int) -> DraftTree:
