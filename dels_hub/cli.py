@@ -42,9 +42,9 @@ def _add_generate(subparsers):
                         help="the copy expert's gamma at a full-length match (default: the tuned default)")
     parser.add_argument("--draft-vocab", type=positive_int, default=None, metavar="N",
                         help="the drafter scores only the head's N most frequent tokens (default: every token)")
-    parser.add_argument("--policy", choices=POLICIES, default=None,
-                        help="cost-aware (the default): draft and verify only what pays on this machine (plain steps "
-                             "included); fixed: draft every block, verify every draft (the default with a tree)")
+    parser.add_argument("--policy", choices=POLICIES, default="cost-aware",
+                        help="cost-aware: draft and verify only what pays on this machine (plain steps included; with "
+                             "a tree, a tree or a chain per block); fixed: draft every block, verify every draft")
     parser.add_argument("--draft-mode", choices=DRAFT_MODES, default="top",
                         help="at --temperature > 0: top-token drafts matched against the target's samples, or "
                              "sampled drafts verified by rejection sampling")
@@ -60,19 +60,14 @@ def _generate(args):
     from transformers import TextStreamer
 
     from .copy_expert import DEFAULT_GAMMA, CopySettings
-    from .errors import GenerationArgumentError
     from .generation import DeLSGenerator
 
     # Validated before anything loads.
     copy = CopySettings(args.copy_ngram, DEFAULT_GAMMA if args.copy_gamma is None else args.copy_gamma)
     fusion = fusion_schedules(args)
-    if args.tree_budget and args.policy == "cost-aware":
-        raise GenerationArgumentError(f"--tree-budget {args.tree_budget} drafts a tree every block (the fixed "
-                                      "policy); drop --policy cost-aware")
-    policy = args.policy or ("fixed" if args.tree_budget else "cost-aware")
     generator = DeLSGenerator.from_pretrained(args.target, args.dflash, args.head, copy_ngram=copy.max_ngram,
                                               copy_gamma=copy.gamma, draft_vocab=args.draft_vocab, **fusion,
-                                              policy=policy, draft_mode=args.draft_mode,
+                                              policy=args.policy, draft_mode=args.draft_mode,
                                               tree_budget=args.tree_budget, tree_branching=args.tree_branching,
                                               **args.target_kwargs)
     input_ids = generator.tokenizer.apply_chat_template(

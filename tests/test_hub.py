@@ -5,6 +5,7 @@ import json
 import re
 
 import pytest
+import torch
 from huggingface_hub import ModelCard
 
 from dels_hub.cli import main as cli_main
@@ -342,3 +343,108 @@ def test_placeholders_never_reach_the_metadata(tmp_path):
     data = metadata(out)
     assert "base_model" not in data and data["dels_hub"] == {"kind": "head", "repo_id": "ORG/head"}
     assert 'head="ORG/head"' in (out / "README.md").read_text()
+
+
+# -- n-gram heads, the baseline section, the measured gain ----------------------------------------------------
+
+
+def baseline_file(tmp_path, repo_dir, head_accuracy) -> str:
+    """A scripts/head_baseline.py JSON scoring ``repo_dir`` beside a 2- and a 4-gram (the baseline is the 4-gram)."""
+    def entry(accuracy):
+        return {"accuracy": accuracy, "mean_accuracy": sum(accuracy) / len(accuracy), "loss": 5.0,
+                "acceptance": [], "implied_tau": 1.25}
+    figures = {"command": "python scripts/head_baseline.py --recipe R --head H --json F", "recipe": "R.toml",
+               "eval_sequences": 126, "eval_anchors_per_sequence": 32,
+               "models": {"2-gram": entry([0.1, 0.1, 0.1]), "4-gram": entry([0.2, 0.25, 0.26]),
+                          str(repo_dir): entry(head_accuracy)}}
+    path = tmp_path / "baseline.json"
+    path.write_text(json.dumps(figures))
+    return str(path)
+
+
+@pytest.fixture
+def ngram_head_dir(tmp_path):
+    """A tiny n-gram head of the qwen3 family, as scripts/fit_ngram_head.py saves one."""
+    from dels_hub.heads.ngram import NGramHead
+    from dels_hub.heads.ngram_head import NGramLocalHead
+
+    texts = [torch.tensor([1, 2, 3, 4, 1, 2, 3, 5] * 3)]
+    counted = NGramHead.fit([(t, torch.ones(len(t), dtype=torch.bool)) for t in texts], 16, 4)
+    head = NGramLocalHead.from_ngram(counted, top_k=2, min_count=1, tokenizer_fingerprint=get_family("qwen3").fingerprint)
+    out = tmp_path / "qwen3-ngram-head"
+    head.save_pretrained(out)
+    (out / "training_config.json").write_text(json.dumps({
+        "data": "sharegpt:train", "data_format": "auto", "max_length": 1024,
+        "ngram": {"order": 4, "top_k": 2, "min_count": 1, "train_sequences": 1, "train_tokens": 24,
+                  "command": "python scripts/fit_ngram_head.py --recipe R --output-dir qwen3-ngram-head"},
+    }))
+    return out
+
+
+def test_ngram_head_card_says_what_was_counted_and_is_publishable(ngram_head_dir):
+    assert repo_kind(ngram_head_dir) == "head"
+    write_card(ngram_head_dir, repo_id="ORG/qwen3-ngram-head")
+    text = (ngram_head_dir / "README.md").read_text()
+    assert "interpolated Kneser-Ney 4-gram" in text and "GRU" not in text.split("## Model")[1]
+    assert "its 2 most frequent next tokens" in text and "## Counting" in text
+    assert "reproduce with `python scripts/fit_ngram_head.py --recipe R --output-dir qwen3-ngram-head`" in text
+    assert "## Training" not in text  # a GRU head's steps and learning rate mean nothing here
+    assert check_repo(ngram_head_dir)["kind"] == "head"  # loads as a head, card present, safetensors only
+
+
+def test_card_puts_the_head_beside_the_ngram_baseline(qwen3_head_dir, tmp_path):
+    path = baseline_file(tmp_path, qwen3_head_dir, [0.3, 0.2, 0.27])
+    write_card(qwen3_head_dir, baseline=json.loads(open(path).read()))
+    text = (qwen3_head_dir / "README.md").read_text()
+    assert "| this head | 30.0 | 20.0 | 27.0 | 25.7 | 5.0 | 1.25 |" in text
+    assert "| 4-gram | 20.0 | 25.0 | 26.0 | 23.7 | 5.0 | 1.25 |" in text  # the highest order is the baseline
+    assert "The head\nis ahead at 2 of 3 positions." in text
+    assert "126 held-out sequences x 32 blocks of `R.toml`" in text
+    assert metadata(qwen3_head_dir)["dels_hub"]["baseline"]["wins"] == 2
+    before = (qwen3_head_dir / "README.md").read_text()
+    write_card(qwen3_head_dir)  # a refresh keeps it
+    assert (qwen3_head_dir / "README.md").read_text() == before
+
+
+def test_card_cli_refuses_a_baseline_that_does_not_score_the_head(qwen3_head_dir, ngram_head_dir, tmp_path, capsys):
+    path = baseline_file(tmp_path, ngram_head_dir, [0.3, 0.2, 0.27])  # scores the other head
+    write_card(qwen3_head_dir)
+    before = (qwen3_head_dir / "README.md").read_text()
+    assert cli_main(["card", str(qwen3_head_dir), "--baseline", path]) != 0
+    err = capsys.readouterr().err
+    assert f"--baseline {path} scores 2-gram, 4-gram, {ngram_head_dir}: it needs {qwen3_head_dir}" in err
+    assert (qwen3_head_dir / "README.md").read_text() == before  # refused before anything was written
+    assert cli_main(["card", str(qwen3_head_dir), "--baseline", str(tmp_path / "missing.json")]) != 0
+    assert "--baseline" in capsys.readouterr().err
+
+
+def test_card_states_the_heads_gain_over_dflash(qwen3_head_dir):
+    results = json.loads(json.dumps(RESULTS))
+    results["rows"][2]["gain_over_dflash"] = {
+        "baseline": "DFlash (b=16)", "tau_gain_relative": 0.1148,
+        "tau_difference": {"mean": 0.7, "low": 0.21, "high": 1.19, "n": 2}}
+    write_card(qwen3_head_dir, results=results)
+    text = (qwen3_head_dir / "README.md").read_text()
+    assert ("* DeLS (b=16, qwen3-dels-head): tau +11.5% over DFlash (b=16); difference +0.700 (95% CI +0.210 to "
+            "+1.190)") in text
+
+
+def test_families_lists_each_staged_head_with_its_figures(qwen3_head_dir, ngram_head_dir, tmp_path, capsys):
+    results = json.loads(json.dumps(RESULTS))
+    results["rows"][2]["gain_over_dflash"] = {
+        "baseline": "DFlash (b=16)", "tau_gain_relative": 0.1148,
+        "tau_difference": {"mean": 0.7, "low": 0.21, "high": 1.19, "n": 2}}
+    write_card(qwen3_head_dir, results=results,
+               baseline=json.loads(open(baseline_file(tmp_path, qwen3_head_dir, [0.3, 0.2, 0.27])).read()))
+    write_card(ngram_head_dir)
+    assert cli_main(["families", "--staged", str(tmp_path)]) == 0
+    lines = [line for line in capsys.readouterr().out.splitlines() if "staged head" in line]
+    assert len(lines) == 2
+    assert lines[0].endswith("qwen3-dels-head: GRU 8, 0.0 MB; held-out top-1 25.7% (the 4-gram baseline 23.7%; "
+                             "ahead at 2/3 positions); tau +11.5% over DFlash (humaneval, 2 prompts, T=0.0)")
+    assert "qwen3-ngram-head: 4-gram," in lines[1]
+    assert cli_main(["families", "--json", "--staged", str(tmp_path)]) == 0
+    rows = {row["name"]: row for row in json.loads(capsys.readouterr().out)}
+    assert [head["architecture"] for head in rows["qwen3"]["staged_heads"]] == ["GRU 8", "4-gram"]
+    assert rows["smollm2"]["staged_heads"] == []
+    assert cli_main(["families", "--staged", str(tmp_path / "nowhere")]) != 0

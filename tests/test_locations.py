@@ -260,9 +260,4 @@ def test_generate_takes_the_decoding_settings():
         build_parser().parse_args(["generate", "--target", "T", "--dflash", "D", "--prompt", "hi", "--block-size", "0"])
 
 
-def test_generate_refuses_a_tree_under_the_cost_aware_policy_before_loading(capsys):
-    from dels_hub.cli import main
 
-    argv = ["generate", "--target", "/no/such/target", "--dflash", "/no/such/drafter", "--prompt", "hi"]
-    assert main([*argv, "--tree-budget", "8", "--policy", "cost-aware"]) == 2
-    assert "--tree-budget 8 drafts a tree every block" in capsys.readouterr().err

@@ -228,8 +228,7 @@ def test_the_cli_takes_the_policy_and_says_what_it_chose():
     from dels_hub.generation.policy import describe_policy
 
     args = build_parser().parse_args(["generate", "--target", "T", "--dflash", "D", "--prompt", "hi"])
-    # None: cost-aware, or fixed with a tree (resolved once the tree flags are known)
-    assert (args.policy, args.draft_mode, args.tree_budget) == (None, "top", 0)
+    assert (args.policy, args.draft_mode, args.tree_budget) == ("cost-aware", "top", 0)
     args = build_parser().parse_args(["generate", "--target", "T", "--dflash", "D", "--prompt", "hi", "--policy",
                                       "fixed", "--draft-mode", "sampled"])
     assert (args.policy, args.draft_mode) == ("fixed", "sampled")

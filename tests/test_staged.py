@@ -18,13 +18,18 @@ from dels_hub.proving_ground import SMOLLM2_DRAFTERS, SMOLLM2_HEAD, UPLOAD_DIR, 
 MEGABYTE = 1_000_000
 QWEN3_HEAD = UPLOAD_DIR / "qwen3-dels-head"
 CODE_ADAPTER = UPLOAD_DIR / "smollm2-dels-head-code-lora"  # a PEFT adapter over SMOLLM2_HEAD
+SMOLLM2_NGRAM_HEAD = UPLOAD_DIR / "smollm2-ngram-head"  # counted heads (scripts/fit_ngram_head.py)
+QWEN3_NGRAM_HEAD = UPLOAD_DIR / "qwen3-ngram-head"
 BUDGETS = {
     **{path: 25 * MEGABYTE for path in SMOLLM2_DRAFTERS.values()},
     SMOLLM2_HEAD: 15 * MEGABYTE,
     QWEN3_HEAD: 50 * MEGABYTE,
     CODE_ADAPTER: 15 * MEGABYTE,
+    SMOLLM2_NGRAM_HEAD: 64 * MEGABYTE,  # the issue's budget per head repo
+    QWEN3_NGRAM_HEAD: 64 * MEGABYTE,
 }
-KINDS = {SMOLLM2_HEAD: "head", QWEN3_HEAD: "head", CODE_ADAPTER: "adapter"}
+KINDS = {SMOLLM2_HEAD: "head", QWEN3_HEAD: "head", CODE_ADAPTER: "adapter", SMOLLM2_NGRAM_HEAD: "head",
+         QWEN3_NGRAM_HEAD: "head"}
 STAGED = [path for path in BUDGETS if path.is_dir()]
 
 pytestmark = pytest.mark.skipif(not STAGED, reason="no repo staged under upload/ yet")
@@ -47,12 +52,13 @@ def test_staged_repo_is_publishable_and_within_budget(repo, elsewhere):
         assert json.loads((repo / "config.json").read_text())["dtype"] == "bfloat16"
 
 
-def test_staged_head_pairs_with_the_smollm2_tokenizer_and_every_staged_drafter():
-    if not SMOLLM2_HEAD.is_dir():
+@pytest.mark.parametrize("location", [SMOLLM2_HEAD, SMOLLM2_NGRAM_HEAD], ids=lambda path: path.name)
+def test_staged_head_pairs_with_the_smollm2_tokenizer_and_every_staged_drafter(location):
+    if not location.is_dir():
         pytest.skip("no head staged")
     directory, gguf = smollm2_location()
     tokenizer = AutoTokenizer.from_pretrained(directory, **gguf)
-    head = load_head(str(SMOLLM2_HEAD))
+    head = load_head(str(location))
     assert head.config.tokenizer_fingerprint["sha256"] == tokenizer_fingerprint(tokenizer)["sha256"]  # check_head
     for drafter_dir in SMOLLM2_DRAFTERS.values():
         if drafter_dir.is_dir():
@@ -72,28 +78,30 @@ def test_staged_head_ships_the_package_remote_code(head):
         assert (head / name).read_text() == (package / name).read_text(), name
 
 
+@pytest.mark.parametrize("location", [QWEN3_HEAD, QWEN3_NGRAM_HEAD], ids=lambda path: path.name)
 @pytest.mark.parametrize("size", ["8b", "4b"])
-def test_staged_qwen3_head_pairs_with_qwen3_and_its_zlab_drafter(size):
+def test_staged_qwen3_head_pairs_with_qwen3_and_its_zlab_drafter(size, location):
     """The real configs of Qwen/Qwen3-{8B,4B} and z-lab/Qwen3-{8B,4B}-DFlash-b16, built on the meta device."""
-    if not QWEN3_HEAD.is_dir():
+    if not location.is_dir():
         pytest.skip("not staged")
     from test_families import meta_qwen3
 
     target, drafter = meta_qwen3(size)
-    head = load_head(str(QWEN3_HEAD))
+    head = load_head(str(location))
     check_compatibility(target, drafter, head, get_family("qwen3").build_tokenizer())  # raises on any mismatch
     assert drafter.config.block_size <= head.config.block_size
 
 
-def test_staged_qwen3_head_is_refused_by_smollm2():
-    if not QWEN3_HEAD.is_dir():
+@pytest.mark.parametrize("location", [QWEN3_HEAD, QWEN3_NGRAM_HEAD], ids=lambda path: path.name)
+def test_staged_qwen3_head_is_refused_by_smollm2(location):
+    if not location.is_dir():
         pytest.skip("not staged")
     from test_families import meta_llama
 
     smollm2 = meta_llama(49152, 576, 30, 9, 3, 1536)  # SmolLM2-135M-Instruct, on the meta device
     directory, gguf = smollm2_location()
     with pytest.raises(IncompatibleTokenizerError, match="family 'qwen3'"):
-        check_head(smollm2, load_head(str(QWEN3_HEAD)), AutoTokenizer.from_pretrained(directory, **gguf))
+        check_head(smollm2, load_head(str(location)), AutoTokenizer.from_pretrained(directory, **gguf))
 
 
 def test_staged_adapter_is_its_base_head_adapted(elsewhere):

@@ -8,6 +8,8 @@ from test_generation import chi_square_pvalue, exact_distribution, sampled_count
 from dels_hub import DeLSGenerator, Warping
 from dels_hub.copy_expert import CopyChain
 from dels_hub.errors import GenerationArgumentError, UnsupportedInputError
+from dels_hub.generation.cost_model import CostModel
+from dels_hub.generation.policy import CostAware, describe_policy
 from dels_hub.generation.tree import TreeSettings, ancestor_matrix, grow_tree, tree_mask
 from dels_hub.verify import verify_tree
 
@@ -155,7 +157,7 @@ def test_tree_greedy_equals_target_greedy(small, budget, branching, with_head, c
     target = small["qwen3"]
     drafter = make_dflash(4, SMALL_VOCAB - 1, vocab=SMALL_VOCAB, seed=5)
     generator = DeLSGenerator(target, drafter, small["head"] if with_head else None, small["tokenizer"],
-                              copy_ngram=copy_ngram, tree_budget=budget, tree_branching=branching)
+                              copy_ngram=copy_ngram, tree_budget=budget, tree_branching=branching, policy="fixed")
     chain = DeLSGenerator(target, drafter, small["head"] if with_head else None, small["tokenizer"],
                           copy_ngram=copy_ngram, policy="fixed")
     tree_lengths, chain_lengths = [], []
@@ -174,7 +176,8 @@ def test_tree_greedy_equals_target_greedy(small, budget, branching, with_head, c
 def test_tree_greedy_equals_target_greedy_for_a_left_padded_batch(small):
     target = small["llama"]
     drafter = make_dflash(4, SMALL_VOCAB - 1, vocab=SMALL_VOCAB, seed=5)
-    generator = DeLSGenerator(target, drafter, small["head"], small["tokenizer"], copy_ngram=2, tree_budget=8)
+    generator = DeLSGenerator(target, drafter, small["head"], small["tokenizer"], copy_ngram=2, tree_budget=8,
+                              policy="fixed")
     prompts = [prompt[:, :length] for prompt, length in zip(small_prompts(count=3, length=7), (7, 4, 6))]
     width = max(p.shape[1] for p in prompts)
     input_ids = torch.stack([torch.cat([torch.zeros(width - p.shape[1], dtype=torch.long), p[0]]) for p in prompts])
@@ -185,19 +188,21 @@ def test_tree_greedy_equals_target_greedy_for_a_left_padded_batch(small):
         assert torch.equal(out[row, width:width + expected.shape[0]], expected)
 
 
-def test_a_broken_tree_cache_is_caught(small, monkeypatch):
+@pytest.mark.parametrize("mixed", [False, True], ids=["fixed", "cost-aware"])
+def test_a_broken_tree_cache_is_caught(small, monkeypatch, mixed):
     """Negative control: without moving the accepted path to the slots of its positions, the target reads the wrong
-    keys at the next block, and the greedy check fails."""
+    keys at the next block, and the greedy check fails (also where trees and chains alternate)."""
     from dels_hub.generation.caches import StaticSlotCache
 
     monkeypatch.setattr(StaticSlotCache, "move", lambda self, sources, destinations: None)
     target = small["qwen3"]
     generator = DeLSGenerator(target, make_dflash(4, SMALL_VOCAB - 1, vocab=SMALL_VOCAB, seed=5), small["head"],
-                              small["tokenizer"], tree_budget=8)
+                              small["tokenizer"], tree_budget=8, policy="fixed")
     mismatches = 0
     for input_ids in small_prompts(count=4):
         expected = target.generate(input_ids, max_new_tokens=30, do_sample=False)
-        mismatches += not torch.equal(generator.generate(input_ids, max_new_tokens=30), expected)
+        policy = shape_policy() if mixed else "fixed"
+        mismatches += not torch.equal(generator.generate(input_ids, max_new_tokens=30, policy=policy), expected)
     assert mismatches > 0
 
 
@@ -227,7 +232,7 @@ def test_sampled_trees_follow_the_target_distribution(small, monkeypatch, biased
     if biased:
         monkeypatch.setattr("dels_hub.generation.tree_block.verify_tree", accept_any_child)
     generator = DeLSGenerator(target, make_dflash(4, SMALL_VOCAB - 1, vocab=SMALL_VOCAB), small["head"],
-                              small["tokenizer"], tree_budget=6, tree_branching=2)
+                              small["tokenizer"], tree_budget=6, tree_branching=2, policy="fixed")
     input_ids, new_tokens, samples = small_prompts(count=1)[0], 3, 2000
     expected = exact_distribution(target, input_ids, Warping(1.0, 0, 1.0), new_tokens)
     counts = sampled_counts(generator, input_ids, samples, new_tokens, temperature=1.0, top_k=0, top_p=1.0)
@@ -244,8 +249,6 @@ def test_tree_arguments_are_checked_before_any_work(small):
         DeLSGenerator(target, drafter, None, small["tokenizer"], tree_budget=4, tree_branching=0)
     generator = DeLSGenerator(target, drafter, None, small["tokenizer"], tree_budget=4)
     input_ids = small_prompts(count=1)[0]
-    with pytest.raises(GenerationArgumentError, match="policy='cost-aware'"):
-        generator.generate(input_ids, policy="cost-aware")
     with pytest.raises(UnsupportedInputError, match="draft_mode='top'"):
         generator.generate(input_ids, do_sample=True, draft_mode="sampled")
     with pytest.raises(UnsupportedInputError, match="static cache"):
@@ -255,18 +258,99 @@ def test_tree_arguments_are_checked_before_any_work(small):
                        target.generate(input_ids, max_new_tokens=8, do_sample=False))
 
 
-def test_the_replay_of_trees_gives_the_loops_acceptance(small):
+@pytest.mark.parametrize("sampling", [{"do_sample": False}, {"do_sample": True, "temperature": 0.7}],
+                         ids=["greedy", "T0.7"])
+def test_the_replay_of_trees_gives_the_loops_acceptance(small, sampling):
     """The replay that chose the tree shape (``scripts/tree_replay.py``) accepts what the loop accepts, block by block,
-    for chains and trees, with and without the head."""
+    for chains and trees, with and without the head; at T > 0 too, replayed on the loop's keyed sample of the target
+    alone (``block_size=1``) with the same seed."""
     target, head = small["qwen3"], small["head"]
     drafter = make_dflash(4, SMALL_VOCAB - 1, vocab=SMALL_VOCAB, seed=5)
     prompts = small_prompts(count=3)
-    sequences = [(target.generate(ids, max_new_tokens=24, do_sample=False), ids.shape[1]) for ids in prompts]
-    taus = load_script("tree_replay").replay(target, drafter, sequences, {"DFlash": None, "head": head},
-                                       ["chain", "6:3"], None)
+    alone = DeLSGenerator(target, drafter, None, small["tokenizer"], policy="fixed")
+    sequences = [(alone.generate(ids, block_size=1, max_new_tokens=24, seed=index, **sampling), ids.shape[1])
+                 for index, ids in enumerate(prompts)]
+    script = load_script("tree_replay")
+    taus = script.replay(target, drafter, sequences, {"DFlash": None, "head": head}, ["chain", "6:3"], None)
     for label, part in (("DFlash", None), ("head", head)):
         generator = DeLSGenerator(target, drafter, part, small["tokenizer"], policy="fixed")
         for shape, tree in (("chain", {}), ("6:3", {"tree_budget": 6, "tree_branching": 3})):
-            loop = [generator.generate(ids, max_new_tokens=24, return_dict_in_generate=True, **tree).tau
-                    for ids in prompts]
+            loop = [generator.generate(ids, max_new_tokens=24, return_dict_in_generate=True, seed=index, **tree,
+                                       **sampling).tau for index, ids in enumerate(prompts)]
             assert taus[label][shape] == pytest.approx(loop), (label, shape)
+    gains = script.paired_gains(taus)
+    difference = [mine - theirs for mine, theirs in zip(taus["head"]["6:3"], taus["DFlash"]["6:3"])]
+    assert gains["head"]["6:3"]["tau_difference"]["mean"] == pytest.approx(sum(difference) / len(difference))
+    if sampling["do_sample"]:  # negative control: the greedy text is not what the sampling loop commits
+        greedy = [(target.generate(ids, max_new_tokens=24, do_sample=False), ids.shape[1]) for ids in prompts]
+        assert script.replay(target, drafter, greedy, {"DFlash": None}, ["chain"], None)["DFlash"]["chain"] != \
+            pytest.approx([alone.generate(ids, max_new_tokens=24, return_dict_in_generate=True, seed=index,
+                                          **sampling).tau for index, ids in enumerate(prompts)])
+
+
+# -- the cost-aware choice between the tree and the chain --------------------------------------------------------
+
+
+def shape_policy() -> CostAware:
+    """A cost-aware policy over a table where drafting always pays (so it drafts every block): what is left to
+    choose is the shape. Blocks' timings refine the table (a tree block must not reach it: its width passes the
+    block)."""
+    return CostAware(CostModel(key={"test": True}, verify_ms=[1.0] * 4, draft_ms=0.0))
+
+
+@pytest.mark.parametrize("tree_pays", [False, True])
+def test_the_cost_aware_policy_drafts_the_shape_that_commits_more_per_millisecond(tree_pays):
+    tree, policy = TreeSettings(8, 4), shape_policy()
+    rate = {True: (3.0 if not tree_pays else 9.0, 30.0), False: (2.0, 10.0)}  # tokens, ms: 0.1 or 0.3 against 0.2
+
+    def block(is_tree):
+        plan = policy.tree_plan(9, 1, tree) if is_tree else policy.plan([[0.9, 0.9, 0.9]], 4, 1, tree)
+        tokens, ms = rate[is_tree]
+        policy.observe(plan, [int(tokens)], [True], ms, None)
+
+    assert policy.tree_now(tree)  # an untried shape first: the tree, then the chain
+    block(True)
+    assert not policy.tree_now(tree)
+    block(False)
+    choices = []
+    for _ in range(14):
+        choices.append(policy.tree_now(tree))
+        block(choices[-1])
+    # The winner drafts; the loser is probed after 2, then 4, then 8 blocks while it keeps losing.
+    loser_turns = [i for i, use in enumerate(choices) if use != tree_pays]
+    assert loser_turns == [1, 5, 13]
+    assert policy.cost.observed["drafted"] == choices.count(False) + 1  # chains only reach the cost model
+
+
+def test_cost_aware_trees_mix_trees_and_chains_and_stay_exact(small):
+    target = small["qwen3"]
+    drafter = make_dflash(4, SMALL_VOCAB - 1, vocab=SMALL_VOCAB, seed=5)
+    generator = DeLSGenerator(target, drafter, small["head"], small["tokenizer"], copy_ngram=2, tree_budget=8)
+    for input_ids in small_prompts(count=3):
+        expected = target.generate(input_ids, max_new_tokens=30, do_sample=False)
+        out = generator.generate(input_ids, max_new_tokens=30, return_dict_in_generate=True, policy=shape_policy())
+        assert torch.equal(out.sequences, expected)
+        summary = out.policy_summary
+        assert 0 < summary["tree_blocks"] < summary["drafted_blocks"]  # both shapes ran in the call
+    assert "trees" in describe_policy(summary)
+
+
+def test_cost_aware_trees_stay_exact_for_a_left_padded_batch_and_at_t_above_0(small):
+    target = small["llama"]
+    drafter = make_dflash(4, SMALL_VOCAB - 1, vocab=SMALL_VOCAB, seed=5)
+    generator = DeLSGenerator(target, drafter, small["head"], small["tokenizer"], copy_ngram=2, tree_budget=8)
+    prompts = [prompt[:, :length] for prompt, length in zip(small_prompts(count=3, length=7), (7, 4, 6))]
+    width = max(p.shape[1] for p in prompts)
+    input_ids = torch.stack([torch.cat([torch.zeros(width - p.shape[1], dtype=torch.long), p[0]]) for p in prompts])
+    mask = torch.stack([torch.cat([torch.zeros(width - p.shape[1]), torch.ones(p.shape[1])]) for p in prompts]).long()
+    out = generator.generate(input_ids, attention_mask=mask, max_new_tokens=25, return_dict_in_generate=True,
+                             policy=shape_policy())
+    assert 0 < out.policy_summary["tree_blocks"] < out.policy_summary["drafted_blocks"]
+    for row, prompt in enumerate(prompts):
+        expected = target.generate(prompt, max_new_tokens=25, do_sample=False)[0, prompt.shape[1]:]
+        assert torch.equal(out.sequences[row, width:width + expected.shape[0]], expected)
+    # At T > 0 a seed gives the text of plain sampling, whichever shape each block drafted.
+    for seed, prompt in enumerate(prompts):
+        settings = dict(max_new_tokens=20, do_sample=True, temperature=0.8, top_k=0, seed=seed)
+        assert torch.equal(generator.generate(prompt, policy=shape_policy(), **settings),
+                           generator.generate(prompt, block_size=1, **settings))

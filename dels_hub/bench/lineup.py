@@ -128,8 +128,9 @@ def vocab_rows(rows: list[Row], token_ids) -> list[LoopRow]:
 
 
 def tree_rows(settings: BenchSettings, chains: list[LoopRow]) -> list[LoopRow]:
-    """Each chain row again as a tree of each budget (the fixed policy), paired with its chain row (the tree's gain)
-    and, for a DeLS tree, with the DFlash tree of the same budget (the head's gain on trees)."""
+    """Each chain row again as a tree of each budget, under the chain row's policy (cost-aware: a tree or a chain per
+    block, whichever pays; fixed: a tree every block), paired with its chain row (the tree's gain) and, for a DeLS
+    tree, with the DFlash tree of the same budget (the head's gain on trees)."""
     trees = []
     for budget in settings.tree_budgets:
         by_chain = {}
@@ -139,7 +140,7 @@ def tree_rows(settings: BenchSettings, chains: list[LoopRow]) -> list[LoopRow]:
                                       copy_ngram=chain.copy.max_ngram, copy_gamma=chain.copy.gamma,
                                       tree_budget=budget, tree_branching=settings.tree_branching)
             row = LoopRow(f"{base.name}, tree {budget}", base.kind, generator, base.block_size, base.head, base.alpha,
-                          base.beta, "fixed", settings.draft_mode)
+                          base.beta, base.policy, settings.draft_mode)
             row.compare_to_chain = base.name
             by_chain[base.name] = row
             trees.append(row)

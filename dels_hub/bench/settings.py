@@ -64,8 +64,9 @@ class BenchSettings:
                              choices=DRAFT_MODES)
     tree_budgets: list[int] = option(default_factory=list, name="tree_budget", nargs="+", type=int, metavar="N",
                                 help="add a 'tree N' row beside every DFlash and DeLS row (and + copy row) for each "
-                                     "N: a token tree of N drafted nodes per block, verified in one forward (the "
-                                     "fixed policy), paired with its chain row")
+                                     "N: a token tree of N drafted nodes per block, verified in one forward, under "
+                                     "the first policy (cost-aware: a tree or a chain per block, whichever pays), "
+                                     "paired with its chain row")
     tree_branching: int = option(DEFAULT_BRANCHING, "children kept per expanded node of the tree rows", metavar="C")
     seed: int = option(0, "prompt subset and sampling seed")
     out: str | None = option(None, "where results.json, results.md, samples.jsonl and the PNGs go (the Python "

@@ -92,7 +92,7 @@ def speculative_decode(
                                     "decoding and the DynamicCache path run one row at a time for now)")
     tree = settings.tree if k > 0 else None
     if tree is not None:
-        check_tree_decoding(settings, static_cache, compile, policy)
+        check_tree_decoding(settings, static_cache, compile)
     layer_ids = drafter.config.target_layer_ids
     embed = target.get_input_embeddings()
     lm_head = target.get_output_embeddings() if lm_head is None else lm_head
@@ -196,7 +196,7 @@ def speculative_decode(
         prompt_draft = drafted and first_block  # it reads the whole prompt: a time no later block repeats
         if drafted:
             features = joined(features, plain_steps, state.padded)
-            if tree is not None:
+            if tree is not None and policy.tree_now(tree):
                 grown = draft_tree(state, drafting, features, block, block_positions, starts[0], tree)
             elif state.padded is not None:
                 # The graph has one context shape (the last verify's block_size rows); the first block's prompt and
@@ -207,8 +207,10 @@ def speculative_decode(
             else:
                 q, confidence = draft_eagerly(state, drafting, features, block, starts[0], generator)
             first_block = False
-            plan = policy.plan(to_host(confidence) if width_from_drafts else None,
-                               k + 1 if grown is None else grown.size, len(rows))
+            if grown is not None:
+                plan = policy.tree_plan(grown.size, len(rows), tree)
+            else:
+                plan = policy.plan(to_host(confidence) if width_from_drafts else None, k + 1, len(rows), tree)
         else:
             plan = policy.plain(len(rows))
         width_now = plan.width

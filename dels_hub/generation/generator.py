@@ -55,7 +55,8 @@ class DeLSGenerator:
     every draft of a drafted block: choosing from sampled drafts would bias the verifier). Every choice is exact.
     ``tree_budget`` N > 0 drafts a token tree of N nodes per block instead of a chain (``generation/tree.py``),
     each expanded node keeping its ``tree_branching`` most probable children, and verifies it in one target forward;
-    trees draft every block (the fixed policy) and, at T > 0, verify top-token drafts.
+    at T > 0 trees verify top-token drafts. Under the cost-aware policy each drafted block is a tree or a chain,
+    whichever has committed more tokens per millisecond lately (``policy.py``); the fixed policy drafts trees only.
     """
 
     def __init__(self, target, drafter, head=None, tokenizer=None, *, alpha=None, beta=None, pure_prefix_len=None,
@@ -222,10 +223,7 @@ class DeLSGenerator:
         tree = self.tree if tree_budget is None and tree_branching is None else checked_tree(
             (self.tree.budget if self.tree else 0) if tree_budget is None else tree_budget,
             (self.tree.branching if self.tree else DEFAULT_BRANCHING) if tree_branching is None else tree_branching)
-        if tree is not None and policy not in (None, "fixed"):
-            raise GenerationArgumentError(f"tree_budget={tree.budget} drafts a tree every block (the fixed policy); "
-                                          f"got policy={policy!r}")
-        policy = ("fixed" if tree is not None else self.policy) if policy is None else policy
+        policy = self.policy if policy is None else policy
         if not is_policy(policy):
             checked_choice("policy", policy, POLICIES)
         draft_mode = self.draft_mode if draft_mode is None else checked_choice("draft_mode", draft_mode, DRAFT_MODES)

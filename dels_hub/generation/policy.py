@@ -17,6 +17,12 @@ plain decoding among its choices, so that speculation that does not pay switches
   learns, online, how often drafts of each confidence were accepted. A batch shares one verify, so it verifies the
   width that maximises its rows' expected tokens together per millisecond.
 
+* **Trees or chains** (a call with ``tree_budget``): a tree verifies many more tokens than a chain for a longer
+  accepted path, which pays where a wide verify costs little more than a narrow one (a GPU) and not where it costs in
+  proportion (a CPU). So each drafted block is a tree or a chain, whichever has committed more tokens per measured
+  millisecond lately; both are tried first, and the losing one again after 2, 4, 8, ... drafted blocks (at most
+  ``MAX_PROBE_INTERVAL``), as the text changes what each is worth. A tree block verifies all its nodes.
+
   Sampled drafts (rejection sampling) verify every draft of a block they draft: which drafts face the verifier must
   not depend on what was sampled, or the output leans away from the target's distribution. For them the policy
   only decides whether to draft. Greedy and top-token drafts may choose d from the drafts: what they commit is the
@@ -87,6 +93,8 @@ class BlockPlan:
     expected: float | None  # committed tokens the policy expects from the block, summed over rows (None: no model)
     predicted_ms: float
     confidence: list[list[float]] | None = None  # the drafts' confidences it chose from, [B][k]
+    tree: object | None = None  # the tree's settings (``tree.TreeSettings``) when the block drafted a tree
+    call_tree: object | None = None  # the call's tree settings (its blocks are trees or chains), None: chains only
 
     @property
     def drafts_to_verify(self) -> list[int]:
@@ -94,8 +102,8 @@ class BlockPlan:
 
 
 # The fields of ``PolicyStats`` that runs add up (its rates are recomputed from them).
-SUMMED = ("drafted_blocks", "plain_blocks", "drafted_tokens", "predicted_tokens", "predicted_ms", "committed_tokens",
-          "measured_ms")
+SUMMED = ("drafted_blocks", "plain_blocks", "tree_blocks", "drafted_tokens", "predicted_tokens", "predicted_ms",
+          "committed_tokens", "measured_ms")
 
 
 @dataclass
@@ -106,6 +114,7 @@ class PolicyStats:
     chosen: Counter = field(default_factory=Counter)  # d (drafts verified, per row; 0 for a plain step) -> count
     drafted_blocks: int = 0  # row-blocks: a block of a batch of B rows counts B times
     plain_blocks: int = 0
+    tree_blocks: int = 0  # drafted row-blocks that were trees (their width is the tree's size, in ``chosen`` too)
     drafted_tokens: int = 0  # committed by drafted blocks
     predicted_tokens: float = 0.0
     predicted_ms: float = 0.0
@@ -116,6 +125,7 @@ class PolicyStats:
         self.chosen[plan.width - 1] += plan.rows
         if plan.drafted:
             self.drafted_blocks += len(counts)
+            self.tree_blocks += len(counts) if plan.tree is not None else 0
             self.drafted_tokens += sum(counts)
         else:
             self.plain_blocks += len(counts)
@@ -131,6 +141,7 @@ class PolicyStats:
             "chosen_drafts": {int(d): n for d, n in sorted(self.chosen.items())},
             "drafted_blocks": self.drafted_blocks,
             "plain_blocks": self.plain_blocks,
+            "tree_blocks": self.tree_blocks,
             "tau_drafted": self.drafted_tokens / self.drafted_blocks if self.drafted_blocks else None,
             "predicted_tokens_per_ms": self.predicted_tokens / self.predicted_ms if self.predicted_ms else None,
             "measured_tokens_per_ms": self.committed_tokens / self.measured_ms if self.measured_ms else None,
@@ -155,16 +166,22 @@ class FixedBlocks:
     def draft_now(self, match_lengths: list[int] | None) -> bool:
         return True
 
-    def plan(self, confidence: list[list[float]] | None, block_size: int, rows: int) -> BlockPlan:
+    def tree_now(self, tree) -> bool:
+        return True
+
+    def plan(self, confidence: list[list[float]] | None, block_size: int, rows: int, call_tree=None) -> BlockPlan:
         predicted = self.cost.drafted_ms(block_size) if self.cost else 0.0
-        return BlockPlan(True, block_size, rows, None, predicted)
+        return BlockPlan(True, block_size, rows, None, predicted, call_tree=call_tree)
+
+    def tree_plan(self, size: int, rows: int, tree) -> BlockPlan:
+        return BlockPlan(True, size, rows, None, 0.0, tree=tree, call_tree=tree)
 
     def plain(self, rows: int) -> BlockPlan:  # block size 1 (nothing to draft) takes plain steps under any policy
         return BlockPlan(False, 1, rows, None, self.cost.plain_ms() if self.cost else 0.0)
 
     def observe(self, plan: BlockPlan, counts: list[int], complete: list[bool], measured_ms: float,
                 match_lengths: list[int] | None, timed: bool = True) -> None:
-        if self.cost is not None and timed:
+        if self.cost is not None and timed and plan.tree is None:
             self.cost.observe(plan.drafted, plan.width, measured_ms)
 
 
@@ -197,6 +214,7 @@ class CostAware:
         self.widths = tuple(range(1, cost.block_size + 1)) if widths is None else tuple(sorted(widths))
         self.calibration = AcceptanceCalibration()
         self.values: dict[int, DraftValue] = {}
+        self.shapes: dict = {}  # tree settings (None: the chain) -> its running tokens per measured ms
         self.hopeless_wait = 0  # plain steps since the last probe of a drafter that could not pay even at best
 
     def bucket(self, match_length: int | None) -> DraftValue:
@@ -228,16 +246,33 @@ class CostAware:
             probe |= b.waited >= b.interval
         return probe
 
-    def plan(self, confidence: list[list[float]] | None, block_size: int, rows: int) -> BlockPlan:
+    def tree_now(self, tree) -> bool:
+        """Draft this block as ``tree`` (its settings) or as a chain: whichever has committed more tokens per measured
+        millisecond lately; an untried one first, the losing one again at its next probe (module docstring)."""
+        grown, chain = self.shapes.setdefault(tree, DraftValue()), self.shapes.setdefault(None, DraftValue())
+        if not grown.blocks or not chain.blocks:
+            return not grown.blocks
+        tree_wins = grown.rate() >= chain.rate()
+        loser = chain if tree_wins else grown
+        loser.waited += 1
+        return tree_wins != (loser.waited >= loser.interval)  # the loser's turn: a probe
+
+    def tree_plan(self, size: int, rows: int, tree) -> BlockPlan:
+        """A tree block verifies its root and every node; it is expected to take what tree blocks took lately."""
+        value = self.shapes.get(tree)
+        return BlockPlan(True, size, rows, None, value.ms if value and value.blocks else 0.0, tree=tree,
+                         call_tree=tree)
+
+    def plan(self, confidence: list[list[float]] | None, block_size: int, rows: int, call_tree=None) -> BlockPlan:
         """The width of the verify from the drafts' confidences ``[B][k]``: the one that maximises the rows'
         expected tokens together per millisecond (they share the forward). ``confidence`` None (sampled drafts):
         every draft is verified (module docstring)."""
         if confidence is None:
-            return BlockPlan(True, block_size, rows, None, self.cost.drafted_ms(block_size))
+            return BlockPlan(True, block_size, rows, None, self.cost.drafted_ms(block_size), call_tree=call_tree)
         expected = [expected_tokens([self.calibration(c) for c in row]) for row in confidence]
         rate, width = max((sum(e[w - 1] for e in expected) / self.cost.drafted_ms(w), w) for w in self.widths)
         return BlockPlan(True, width, rows, rate * self.cost.drafted_ms(width),
-                         self.cost.drafted_ms(width), confidence)
+                         self.cost.drafted_ms(width), confidence, call_tree=call_tree)
 
     def plain(self, rows: int) -> BlockPlan:
         return BlockPlan(False, 1, rows, float(rows), self.cost.plain_ms())
@@ -248,10 +283,15 @@ class CostAware:
         tokens in its bucket, and the block's time in the cost model (unless ``timed`` is False: the first draft
         reads the whole prompt, a time no later block repeats). ``complete[b]``: row b's count was not cut by a stop
         token or its budget, so it says how many drafts the verifier accepted."""
-        if timed:
+        if timed and plan.tree is None:  # the cost model times chains (a tree's width may pass the block)
             self.cost.observe(plan.drafted, plan.width, measured_ms)
         if not plan.drafted:
             return
+        if timed and plan.call_tree is not None:  # a call with a tree: what this shape committed per measured ms
+            mine = self.shapes.setdefault(plan.tree, DraftValue())
+            other = self.shapes.setdefault(None if plan.tree is not None else plan.call_tree, DraftValue())
+            self._learn(mine, sum(counts), measured_ms, other.rate() or 0.0)
+        block_ms = measured_ms if plan.tree is not None else plan.predicted_ms  # no cost model of trees
         for b, (count, whole) in enumerate(zip(counts, complete)):
             if whole and plan.confidence is not None:
                 accepted = count - 1
@@ -259,15 +299,21 @@ class CostAware:
                     self.calibration.update(c, j < accepted)
                     if j >= accepted:
                         break
-            value = self.bucket(match_lengths[b] if match_lengths else 0)
-            rate = VALUE_RATE if value.blocks else 1.0
-            value.tokens += rate * (count - value.tokens)
-            value.ms += rate * (plan.predicted_ms - value.ms)  # the whole block's: its rows share it
-            value.blocks += 1
-            if value.waited:  # this block was a probe of a losing bucket
-                won = value.rate() >= 1.0 / self.cost.plain_ms()
-                value.interval = 2 if won else min(2 * value.interval, MAX_PROBE_INTERVAL)
-                value.waited = 0
+            self._learn(self.bucket(match_lengths[b] if match_lengths else 0), count, block_ms,
+                        1.0 / self.cost.plain_ms())  # the whole block's time: its rows share it
+
+    @staticmethod
+    def _learn(value: DraftValue, tokens: float, ms: float, rival_rate: float) -> None:
+        """One more block in ``value``'s running tokens and milliseconds; after a probe, its next probe comes sooner
+        if it beat ``rival_rate`` (a plain step's; for a tree or a chain, the other shape's), later if not."""
+        rate = VALUE_RATE if value.blocks else 1.0
+        value.tokens += rate * (tokens - value.tokens)
+        value.ms += rate * (ms - value.ms)
+        value.blocks += 1
+        if value.waited:  # this block was a probe of a losing bucket or shape
+            won = value.rate() >= rival_rate
+            value.interval = 2 if won else min(2 * value.interval, MAX_PROBE_INTERVAL)
+            value.waited = 0
 
 
 def make_policy(name: str, cost: CostModel | None, widths: tuple[int, ...] | None = None):
@@ -290,7 +336,7 @@ def pooled(summaries: list[dict | None]) -> dict | None:
     for summary in summaries:
         total.chosen.update({int(d): n for d, n in summary["chosen_drafts"].items()})
         for name in SUMMED:
-            setattr(total, name, getattr(total, name) + summary[name])
+            setattr(total, name, getattr(total, name) + summary.get(name, 0))  # tree_blocks: newer results only
     return total.summary(summaries[0]["policy"])
 
 
@@ -301,5 +347,7 @@ def describe_policy(summary: dict | None) -> str:
         return "policy: no blocks"
     chosen = ", ".join(f"{d}: {n}" for d, n in summary["chosen_drafts"].items())
     tau = summary["tau_drafted"]
+    trees = summary.get("tree_blocks")
     return (f"policy {summary['policy']}: {summary['plain_blocks']} plain steps, {summary['drafted_blocks']} drafted "
-            f"blocks{f' (tau {tau:.2f})' if tau else ''}; drafts verified per block {{{chosen}}}")
+            f"blocks{f' ({trees} of them trees)' if trees else ''}{f' (tau {tau:.2f})' if tau else ''}; drafts "
+            f"verified per block {{{chosen}}}")

