@@ -176,7 +176,9 @@ def test_card_cli_with_results(qwen3_head_dir, tmp_path, capsys):
     {"copy_ngram": 4, "copy_gamma": 16.0, "peers": ["prompt-lookup"]},
     {"alpha": 0.5, "beta": 0.3, "draft_vocab": 8192, "peers": []},
     {"temperature": 0.7, "top_p": 0.9, "batch_size": 4, "peers": True},
-], ids=["copy-one-peer", "fusion-vocab-no-peers", "sampled-batches-all-peers"])
+    {"policies": ["fixed"], "tree_budgets": [16, 32], "tree_branching": 4, "peers": []},
+    {"policies": ["cost-aware", "fixed"], "temperature": 0.7, "draft_mode": "sampled", "peers": []},
+], ids=["copy-one-peer", "fusion-vocab-no-peers", "sampled-batches-all-peers", "fixed-trees", "both-policies-sampled"])
 def test_the_cards_bench_command_reproduces_the_run(extra):
     """Parsed by the bench's own parser, the card's command gives back the settings of the run it describes."""
     import argparse

@@ -56,7 +56,7 @@ class DeLSGenerator:
     ``tree_budget`` N > 0 drafts a token tree of N nodes per block instead of a chain (``generation/tree.py``),
     each expanded node keeping its ``tree_branching`` most probable children, and verifies it in one target forward;
     at T > 0 trees verify top-token drafts. Under the cost-aware policy each drafted block is a tree or a chain,
-    whichever has committed more tokens per millisecond lately (``policy.py``); the fixed policy drafts trees only.
+    whichever has committed more tokens per millisecond so far (``policy.py``); the fixed policy drafts trees only.
     """
 
     def __init__(self, target, drafter, head=None, tokenizer=None, *, alpha=None, beta=None, pure_prefix_len=None,

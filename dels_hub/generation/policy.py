@@ -20,8 +20,8 @@ plain decoding among its choices, so that speculation that does not pay switches
 * **Trees or chains** (a call with ``tree_budget``): a tree verifies many more tokens than a chain for a longer
   accepted path, which pays where a wide verify costs little more than a narrow one (a GPU) and not where it costs in
   proportion (a CPU). So each drafted block is a tree or a chain, whichever has committed more tokens per measured
-  millisecond lately; both are tried first, and the losing one again after 2, 4, 8, ... drafted blocks (at most
-  ``MAX_PROBE_INTERVAL``), as the text changes what each is worth. A tree block verifies all its nodes.
+  millisecond (mean over its blocks); both are tried first, and the losing one again after 2, 4, 8, ... drafted
+  blocks (at most ``MAX_PROBE_INTERVAL``). A tree block verifies all its nodes.
 
   Sampled drafts (rejection sampling) verify every draft of a block they draft: which drafts face the verifier must
   not depend on what was sampled, or the output leans away from the target's distribution. For them the policy
@@ -290,7 +290,9 @@ class CostAware:
         if timed and plan.call_tree is not None:  # a call with a tree: what this shape committed per measured ms
             mine = self.shapes.setdefault(plan.tree, DraftValue())
             other = self.shapes.setdefault(None if plan.tree is not None else plan.call_tree, DraftValue())
-            self._learn(mine, sum(counts), measured_ms, other.rate() or 0.0)
+            # A plain mean, not a running one: what a shape costs against the other is a property of the machine,
+            # and one tree block in a lucky stretch of text must not flip the choice.
+            self._learn(mine, sum(counts), measured_ms, other.rate() or 0.0, weight=1.0 / (mine.blocks + 1))
         block_ms = measured_ms if plan.tree is not None else plan.predicted_ms  # no cost model of trees
         for b, (count, whole) in enumerate(zip(counts, complete)):
             if whole and plan.confidence is not None:
@@ -303,12 +305,13 @@ class CostAware:
                         1.0 / self.cost.plain_ms())  # the whole block's time: its rows share it
 
     @staticmethod
-    def _learn(value: DraftValue, tokens: float, ms: float, rival_rate: float) -> None:
-        """One more block in ``value``'s running tokens and milliseconds; after a probe, its next probe comes sooner
-        if it beat ``rival_rate`` (a plain step's; for a tree or a chain, the other shape's), later if not."""
-        rate = VALUE_RATE if value.blocks else 1.0
-        value.tokens += rate * (tokens - value.tokens)
-        value.ms += rate * (ms - value.ms)
+    def _learn(value: DraftValue, tokens: float, ms: float, rival_rate: float, weight: float = VALUE_RATE) -> None:
+        """One more block in ``value``'s tokens and milliseconds (``weight``: of the new block); after a probe, its
+        next probe comes sooner if it beat ``rival_rate`` (a plain step's; for a tree or a chain, the other shape's),
+        later if not."""
+        weight = weight if value.blocks else 1.0
+        value.tokens += weight * (tokens - value.tokens)
+        value.ms += weight * (ms - value.ms)
         value.blocks += 1
         if value.waited:  # this block was a probe of a losing bucket or shape
             won = value.rate() >= rival_rate

@@ -119,6 +119,13 @@ def bench_summary(results: dict) -> dict:
     for name in ("alpha", "beta", "draft_vocab", "batch_size", "engine", "engine_target"):
         if settings.get(name) is not None:
             command += [f"--{name.replace('_', '-')}", str(settings[name])]
+    if settings.get("policies") and settings["policies"] != ["cost-aware"]:  # older results hold no policies
+        command += ["--policy", *settings["policies"]]
+    if settings.get("temperature") and settings.get("draft_mode", "top") != "top":
+        command += ["--draft-mode", settings["draft_mode"]]
+    if settings.get("tree_budgets"):
+        command += ["--tree-budget", *(str(n) for n in settings["tree_budgets"]),
+                    "--tree-branching", str(settings["tree_branching"])]
     if settings.get("copy_ngram"):
         command += ["--copy-ngram", str(settings["copy_ngram"]), "--copy-gamma", f"{settings['copy_gamma']:g}"]
     peers = settings.get("peers", True)  # True (older results): every peer, the default
