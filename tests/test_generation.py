@@ -211,7 +211,7 @@ class PeekingPolicy(CostAware):
     def draft_now(self, match_lengths):
         return True
 
-    def plan(self, confidence, block_size, rows):
+    def plan(self, confidence, block_size, rows, call_tree=None):
         width = 2 if confidence[0][0] < 0.5 else 1
         return BlockPlan(True, width, rows, None, 1.0, confidence)
 

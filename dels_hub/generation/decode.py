@@ -210,7 +210,8 @@ def speculative_decode(
             if grown is not None:
                 plan = policy.tree_plan(grown.size, len(rows), tree)
             else:
-                plan = policy.plan(to_host(confidence) if width_from_drafts else None, k + 1, len(rows), tree)
+                plan = policy.plan(to_host(confidence) if width_from_drafts else None, k + 1, len(rows),
+                                   call_tree=tree)
         else:
             plan = policy.plain(len(rows))
         width_now = plan.width
