@@ -24,7 +24,7 @@ from tqdm.auto import tqdm
 from dels_hub import DeLSGenerator
 from dels_hub.bench.fusion_tuning import validation_sequences
 from dels_hub.bench.prompts import encode_chat, load_prompts
-from dels_hub.bench.stats import mean_ci95
+from dels_hub.bench.summary import tau_gain
 from dels_hub.copy_expert import CopyChain, CopySettings
 from dels_hub.fusion import fusion_weights
 from dels_hub.generation.drafting import context_features
@@ -82,17 +82,10 @@ def replay(target, drafter, sequences, heads: dict, shapes: list[str], copy_weig
 
 
 def paired_gains(taus: dict) -> dict:
-    """``{head label: {shape: gain}}``: each head's tau over DFlash alone on the same shape, paired per sequence."""
-    gains = {}
-    for label, rows in taus.items():
-        if label == "DFlash":
-            continue
-        gains[label] = {}
-        for text, values in rows.items():
-            alone = taus["DFlash"][text]
-            gains[label][text] = {"tau_difference": mean_ci95([mine - theirs for mine, theirs in zip(values, alone)]),
-                                  "tau_gain_relative": sum(values) / sum(alone) - 1}
-    return gains
+    """``{head label: {shape: gain}}``: each head's tau over DFlash alone on the same shape, paired per sequence
+    (the bench's ``tau_gain``)."""
+    return {label: {text: tau_gain(list(zip(taus["DFlash"][text], values))) for text, values in rows.items()}
+            for label, rows in taus.items() if label != "DFlash"}
 
 
 def main(argv=None) -> int:

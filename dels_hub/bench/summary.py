@@ -55,14 +55,16 @@ def scored_pairs(base_records: list[dict], row_records: list[dict]) -> list[tupl
             if b["tau"] is not None and r["tau"] is not None]
 
 
-def gain_over(base_records: list[dict], row_records: list[dict], base_tpot: list, row_tpot: list) -> dict:
-    """A row against its baseline row on the same prompts: per-prompt tau differences (mean and 95% interval),
-    the relative tau gain of the means, and the speedup (baseline TPOT over row TPOT)."""
-    pairs = scored_pairs(base_records, row_records)
+def tau_gain(pairs: list[tuple[float, float]]) -> dict:
+    """``(baseline tau, row tau)`` per prompt -> the per-prompt differences (mean and 95% interval) and the relative
+    tau gain of the means."""
     difference = stats.mean_ci95([r - b for b, r in pairs])
     base_mean = stats.mean_ci95([b for b, _ in pairs])["mean"]
-    return {
-        "tau_difference": difference,
-        "tau_gain_relative": difference["mean"] / base_mean if base_mean else None,
-        "speedup": stats.speedup(base_tpot, row_tpot),
-    }
+    return {"tau_difference": difference,
+            "tau_gain_relative": difference["mean"] / base_mean if base_mean else None}
+
+
+def gain_over(base_records: list[dict], row_records: list[dict], base_tpot: list, row_tpot: list) -> dict:
+    """A row against its baseline row on the same prompts: ``tau_gain`` of the prompts both scored, and the speedup
+    (baseline TPOT over row TPOT)."""
+    return tau_gain(scored_pairs(base_records, row_records)) | {"speedup": stats.speedup(base_tpot, row_tpot)}
