@@ -32,9 +32,16 @@ from dels_hub.training.recipe import HeadTrainConfig, config_dict, read_recipe
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--recipe", required=True, help="the head recipe whose data and tokenizer to count")
-    parser.add_argument("--order", type=int, default=4, choices=(2, 3, 4))
+    parser.add_argument("--order", type=int, default=4, choices=(2, 3, 4, 5),
+                        help="5 only where order - 1 ids fit an int64 key (vocabularies under 55,109 ids)")
+    parser.add_argument("--context-tokens", type=int, default=None,
+                        help="committed tokens before the anchor that the head reads (default: order - 2, all its "
+                             "state holds; 0 reads the block alone, as the n-gram baseline is scored)")
     parser.add_argument("--top-k", type=int, default=8, help="next tokens kept per context")
     parser.add_argument("--min-count", type=int, default=2, help="contexts seen fewer times are dropped")
+    parser.add_argument("--data", nargs="+", default=None,
+                        help="the text to count (default: the recipe's); counting is cheap, so the whole of "
+                             "sharegpt:train-unique fits where a GRU head trains on a slice")
     parser.add_argument("--max-examples", type=int, default=None, help="training sequences (default: the recipe's)")
     parser.add_argument("--save-dtype", choices=("bf16", "fp32"), default="bf16",
                         help="of the probabilities and back-off weights (the unigram counts stay fp32, as a GRU "
@@ -44,12 +51,15 @@ def main() -> int:
     parser.add_argument("--pure-prefix-len", type=int, default=None, help="(default: the recipe's)")
     parser.add_argument("--output-dir", required=True)
     args = parser.parse_args()
+    context_tokens = args.order - 2 if args.context_tokens is None else args.context_tokens
+    if not 0 <= context_tokens <= args.order - 2:
+        parser.error(f"--context-tokens must be between 0 and --order - 2 = {args.order - 2}, got {context_tokens}")
     if args.top_k < 1 or args.min_count < 1:
         parser.error(f"--top-k and --min-count must be >= 1, got {args.top_k} and {args.min_count}")
     out = Path(args.output_dir)
     if out.exists() and any(out.iterdir()):
         parser.error(f"--output-dir {str(out)!r} is not empty")
-    given = {"max_examples": args.max_examples, "pure_prefix_len": args.pure_prefix_len,
+    given = {"data": args.data, "max_examples": args.max_examples, "pure_prefix_len": args.pure_prefix_len,
              "alpha": None if args.alpha is None else [args.alpha], "beta": None if args.beta is None else [args.beta]}
     overrides = {name: value for name, value in given.items() if value is not None}
     config = HeadTrainConfig(**read_recipe(HeadTrainConfig, args.recipe) | overrides)
@@ -63,13 +73,15 @@ def main() -> int:
         unigram_smoothing=config.unigram_smoothing, tokenizer_fingerprint=fingerprint,
         alpha=config.alpha[0] if len(config.alpha) == 1 else list(config.alpha),
         beta=config.beta[0] if len(config.beta) == 1 else list(config.beta), pure_prefix_len=config.pure_prefix_len,
+        context_tokens=context_tokens,
     )
     if args.save_dtype == "bf16":  # halves the tables; a head only proposes, the target decides every token
         for name, buffer in head.named_buffers():
             if buffer.is_floating_point() and name != "unigram_counts":
                 buffer.data = buffer.data.to(torch.bfloat16)
     save_pretrained_atomic(head, out)
-    fit = {"order": args.order, "top_k": args.top_k, "min_count": args.min_count, "save_dtype": args.save_dtype,
+    fit = {"order": args.order, "top_k": args.top_k, "min_count": args.min_count, "context_tokens": context_tokens,
+           "save_dtype": args.save_dtype,
            "train_sequences": len(train), "train_tokens": sum(len(e.ids) for e in train),
            "command": "python " + shlex.join(sys.argv)}
     training = config_dict(config) | {"ngram": fit}

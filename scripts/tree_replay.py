@@ -29,6 +29,7 @@ from dels_hub.copy_expert import CopyChain, CopySettings
 from dels_hub.fusion import fusion_weights
 from dels_hub.generation.drafting import context_features
 from dels_hub.generation.tree import TreeSettings, grow_tree
+from dels_hub.heads.context import head_start
 from dels_hub.loading import load_head
 from dels_hub.verify import verify_tree
 
@@ -66,7 +67,9 @@ def replay(target, drafter, sequences, heads: dict, shapes: list[str], copy_weig
                         logits[start] = lm_head(hidden[:, 1:])
                     copy = None if copy_weights is None else CopyChain(sequence, start, copy_weights)
                     settings = tree or TreeSettings(k, 1, 1)  # a chain is the tree of one child per node
-                    grown = grow_tree(logits[start], sequence[:, start], settings, head, prior, alpha, beta, copy)
+                    primed = None if head is None else head_start(head, sequence, start)  # as the loop starts it
+                    grown = grow_tree(logits[start], sequence[:, start], settings, head, prior, alpha, beta, copy,
+                                      primed)
                     truth = sequence[0, start + 1 : start + k + 2]
                     truth = torch.cat([truth, truth.new_full((k + 1 - truth.shape[0],), -1)])
                     # The target's choice after a node at depth d is the continuation's token d + 1 on the true path;

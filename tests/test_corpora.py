@@ -10,7 +10,7 @@ import torch
 
 from dels_hub.bench.prompts import humaneval_prompts
 from dels_hub.errors import TrainingDataError
-from dels_hub.sharegpt import sharegpt_path, sharegpt_split
+from dels_hub.sharegpt import answer_keys, conversation_stem, sharegpt_path, sharegpt_split
 from dels_hub.training.corpora import corpus_records, is_validation, refuse_benchmark
 from dels_hub.training.data import Example, load_records, render_chat, tokenize_records, windows
 from dels_hub.training.recipe import DFlashTrainConfig, HeadTrainConfig
@@ -40,8 +40,8 @@ def test_benchmark_data_is_refused_in_every_form(source):
 
 
 def test_training_sources_are_not_refused(tmp_path):
-    for source in ("sharegpt:train", "sharegpt:validation", "pysrc:stdlib", "pysrc:tomllib", str(tmp_path),
-                   "org/some-dataset"):
+    for source in ("sharegpt:train", "sharegpt:train-unique", "sharegpt:validation", "pysrc:stdlib", "pysrc:tomllib",
+                   str(tmp_path), "org/some-dataset"):
         refuse_benchmark(source)
 
 
@@ -63,6 +63,21 @@ def test_no_training_corpus_holds_a_benchmark_prompt():
     held_out = {r["id"] for r in sharegpt_split("heldout")}
     trained = {r["id"] for r in corpus_records("sharegpt:train") + corpus_records("sharegpt:validation")}
     assert held_out and not held_out & trained
+
+
+def test_the_unique_train_slice_shares_no_answer_or_conversation_with_validation_or_held_out():
+    held = sharegpt_split("validation") + sharegpt_split("heldout")
+    answers = {key for record in held for key in answer_keys(record)}
+    stems = {conversation_stem(record) for record in held}
+    train, unique = corpus_records("sharegpt:train"), corpus_records("sharegpt:train-unique")
+    # Negative control: the positional train slice does repeat held answers and holds parts of held conversations.
+    assert any(answers & answer_keys(record) for record in train)
+    assert any(conversation_stem(record) in stems for record in train)
+    assert not any(answers & answer_keys(record) for record in unique)
+    assert not any(conversation_stem(record) in stems for record in unique)
+    kept = {id(record) for record in unique}
+    assert kept <= {id(record) for record in train} and 0.8 * len(train) < len(unique) < len(train)
+    assert conversation_stem({"id": "DHKHO6E_33"}) == "DHKHO6E" and conversation_stem({"id": "a_b"}) == "a_b"
 
 
 def test_python_sources_split_into_disjoint_train_and_validation_files():

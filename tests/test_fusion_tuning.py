@@ -16,6 +16,9 @@ from dels_hub.bench.fusion_tuning import (
     tune_per_position,
 )
 from dels_hub.errors import BenchArgumentError
+from dels_hub.fingerprint import tokenizer_fingerprint
+from dels_hub.heads.ngram import NGramHead
+from dels_hub.heads.ngram_head import NGramLocalHead
 
 from conftest import make_dflash, make_head, make_target, make_tokenizer
 
@@ -30,13 +33,19 @@ def test_replay_equals_the_loop_acceptance_lengths(copy_ngram):
     head = make_head(tokenizer, vocab=VOCAB - 2)
     generator = torch.Generator().manual_seed(123)
     compared = 0
-    for alpha, beta, with_head in [(0.5, 0.3, True), (1.5, 0.0, True), (0.0, 0.0, False)]:
-        dels = DeLSGenerator(target, drafter, head if with_head else None, tokenizer, alpha=alpha, beta=beta,
+    # An n-gram head that reads the two tokens before its block, counted on the target's own text.
+    texts = [target.generate(torch.randint(0, VOCAB - 2, (1, 6), generator=generator), max_new_tokens=40,
+                             do_sample=False)[0].clamp_max(VOCAB - 3) for _ in range(4)]  # the head's ids
+    ngram = NGramLocalHead.from_ngram(NGramHead.fit([(t, torch.ones(len(t), dtype=torch.bool)) for t in texts],
+                                                    VOCAB - 2, 4), top_k=4, min_count=1, context_tokens=2,
+                                      tokenizer_fingerprint=tokenizer_fingerprint(tokenizer))
+    for alpha, beta, part in [(0.5, 0.3, head), (1.5, 0.0, head), (0.0, 0.0, None), (3.0, 0.0, ngram)]:
+        dels = DeLSGenerator(target, drafter, part, tokenizer, alpha=alpha, beta=beta,
                              copy_ngram=copy_ngram, copy_gamma=4.0, policy="fixed")  # the replay verifies every draft
         for _ in range(4):
             prompt = torch.randint(0, VOCAB - 2, (1, 6), generator=generator)
             out = dels.generate(prompt, max_new_tokens=40, return_dict_in_generate=True)
-            replayed = replay_acceptance(target, drafter, head if with_head else None, out.sequences, prompt.shape[1],
+            replayed = replay_acceptance(target, drafter, part, out.sequences, prompt.shape[1],
                                          alpha, beta, copy_weights=dels.copy.weights())
             assert replayed == out.acceptance_lengths
             compared += len(replayed)

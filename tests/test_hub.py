@@ -388,10 +388,20 @@ def test_ngram_head_card_says_what_was_counted_and_is_publishable(ngram_head_dir
     write_card(ngram_head_dir, repo_id="ORG/qwen3-ngram-head")
     text = (ngram_head_dir / "README.md").read_text()
     assert "interpolated Kneser-Ney 4-gram" in text and "GRU" not in text.split("## Model")[1]
-    assert "its 2 most frequent next tokens" in text and "## Counting" in text
+    assert "at most its 2 most frequent next tokens" in text and "## Counting" in text
+    assert "reads the block alone" in text  # fitted with context_tokens = 0
     assert "reproduce with `python scripts/fit_ngram_head.py --recipe R --output-dir qwen3-ngram-head`" in text
     assert "## Training" not in text  # a GRU head's steps and learning rate mean nothing here
     assert check_repo(ngram_head_dir)["kind"] == "head"  # loads as a head, card present, safetensors only
+
+
+def test_ngram_head_card_says_the_head_reads_the_tokens_before_its_block(ngram_head_dir):
+    config = json.loads((ngram_head_dir / "config.json").read_text())
+    (ngram_head_dir / "config.json").write_text(json.dumps(config | {"context_tokens": 2}))
+    write_card(ngram_head_dir, repo_id="ORG/qwen3-ngram-head")
+    text = (ngram_head_dir / "README.md").read_text()
+    assert "reads the 2 committed tokens before each block's anchor" in text and "scored by a 4-gram" in text
+    assert "reads the block alone, as" not in text
 
 
 def test_card_puts_the_head_beside_the_ngram_baseline(qwen3_head_dir, tmp_path):

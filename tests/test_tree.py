@@ -8,9 +8,12 @@ from test_generation import chi_square_pvalue, exact_distribution, sampled_count
 from dels_hub import DeLSGenerator, Warping
 from dels_hub.copy_expert import CopyChain
 from dels_hub.errors import GenerationArgumentError, UnsupportedInputError
+from dels_hub.fingerprint import tokenizer_fingerprint
 from dels_hub.generation.cost_model import CostModel
 from dels_hub.generation.policy import CostAware, describe_policy
 from dels_hub.generation.tree import TreeSettings, ancestor_matrix, grow_tree, tree_mask
+from dels_hub.heads.ngram import NGramHead
+from dels_hub.heads.ngram_head import NGramLocalHead
 from dels_hub.verify import verify_tree
 
 from conftest import SMALL_VOCAB, load_script, make_dflash, make_head, make_tokenizer, small_prompts
@@ -262,8 +265,8 @@ def test_tree_arguments_are_checked_before_any_work(small):
                          ids=["greedy", "T0.7"])
 def test_the_replay_of_trees_gives_the_loops_acceptance(small, sampling):
     """The replay that chose the tree shape (``scripts/tree_replay.py``) accepts what the loop accepts, block by block,
-    for chains and trees, with and without the head; at T > 0 too, replayed on the loop's keyed sample of the target
-    alone (``block_size=1``) with the same seed."""
+    for chains and trees, with and without the head, and with an n-gram head that reads the tokens before its block;
+    at T > 0 too, replayed on the loop's keyed sample of the target alone (``block_size=1``) with the same seed."""
     target, head = small["qwen3"], small["head"]
     drafter = make_dflash(4, SMALL_VOCAB - 1, vocab=SMALL_VOCAB, seed=5)
     prompts = small_prompts(count=3)
@@ -271,8 +274,20 @@ def test_the_replay_of_trees_gives_the_loops_acceptance(small, sampling):
     sequences = [(alone.generate(ids, block_size=1, max_new_tokens=24, seed=index, **sampling), ids.shape[1])
                  for index, ids in enumerate(prompts)]
     script = load_script("tree_replay")
-    taus = script.replay(target, drafter, sequences, {"DFlash": None, "head": head}, ["chain", "6:3"], None)
-    for label, part in (("DFlash", None), ("head", head)):
+    # Counted on the continuations themselves and weighted far above DFlash: its drafts are its own.
+    vocab = head.config.vocab_size  # the target's padding ids past it are never sampled: clamped, as a head reads them
+    counted = NGramHead.fit([(text[0].clamp_max(vocab - 1), torch.ones(text.shape[1], dtype=torch.bool))
+                             for text, _ in sequences], vocab, 4)
+    ngram = {reads: NGramLocalHead.from_ngram(counted, top_k=4, min_count=1, alpha=4.0, beta=0.0, pure_prefix_len=0,
+                                              context_tokens=reads,
+                                              tokenizer_fingerprint=tokenizer_fingerprint(small["tokenizer"]))
+             for reads in (0, 2)}
+    heads = {"DFlash": None, "head": head, "primed": ngram[2]}
+    taus = script.replay(target, drafter, sequences, heads, ["chain", "6:3"], None)
+    # The context it reads changes its drafts, so a replay that ignored it would not match the loop below.
+    assert script.replay(target, drafter, sequences, {"block alone": ngram[0]}, ["chain"], None)["block alone"] != \
+        taus["primed"]
+    for label, part in heads.items():
         generator = DeLSGenerator(target, drafter, part, small["tokenizer"], policy="fixed")
         for shape, tree in (("chain", {}), ("6:3", {"tree_budget": 6, "tree_branching": 3})):
             loop = [generator.generate(ids, max_new_tokens=24, return_dict_in_generate=True, seed=index, **tree,

@@ -25,6 +25,7 @@ from ..errors import BenchArgumentError
 from ..files import save_pretrained_atomic, write_text_atomic
 from ..fusion import fusion_weights
 from ..generation.drafting import context_features, propose
+from ..heads.context import head_start
 from ..sampling import Warping
 from ..verify import accepted_prefix
 from .prompts import VALIDATION_SETS, encode_chat, validation_prompts
@@ -60,7 +61,7 @@ def replay_acceptance(
             cache[start] = lm_head(hidden[:, 1:])
         copy = None if copy_weights is None else CopyChain(sequence, start, copy_weights)
         drafts, _ = propose(cache[start], sequence[:, start], Warping(), None, head, log_prior, alpha_k, beta_k,
-                            copy=copy)
+                            copy=copy, head_state=None if head is None else head_start(head, sequence, start))
         truth = sequence[0, start + 1 : start + block_size]
         matches = accepted_prefix(drafts[0, : truth.shape[0]], truth).item()
         committed = min(matches + 1, total - start - 1)

@@ -346,7 +346,8 @@ def draft_eagerly(state: DecodeState, drafting: Drafting, features, block, start
     slot_hidden = eager_hidden(drafting, state.draft_cache, state.positions, features, block, start)
     _, q = propose(drafting.lm_head(slot_hidden), block[:, 0], drafting.warping, generator, drafting.head,
                    drafting.log_prior, drafting.alpha, drafting.beta, drafts=state.drafts, q=state.q_buffer,
-                   copy=drafting.copy_chain(state.output, start, slot_hidden), confidence=state.confidence)
+                   copy=drafting.copy_chain(state.output, start, slot_hidden), confidence=state.confidence,
+                   head_state=drafting.head_state(state.output, start))
     return q, state.confidence
 
 

@@ -29,6 +29,7 @@ def propose(
     copy: CopyChain | None = None,
     fused: torch.Tensor | None = None,
     confidence: torch.Tensor | None = None,
+    head_state: torch.Tensor | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor | None]:
     """Draft the k = bs - 1 tokens of a block, for each row of a batch.
 
@@ -48,6 +49,8 @@ def propose(
         confidence: optional ``[B, k]`` float32 buffer that receives each draft's probability under the distribution
             it was chosen from (the fused, warped q when sampling; the fused softmax when greedy): what the
             cost-aware policy reads the draft's acceptance from.
+        head_state: the state the head reads the anchor from (``Drafting.head_state``: primed with the committed
+            tokens before the anchor, for a head that reads them); None starts from the head's initial state.
 
     Returns:
         ``(drafts [B, k], q [B, k, V] or None)``: q, the warped draft distributions the drafts were sampled from,
@@ -72,9 +75,9 @@ def propose(
         q = None
     elif q is None:
         q = torch.empty(dflash_logits.shape, dtype=torch.float32, device=dflash_logits.device)
-    # The head's state starts from zero at every block and reads the anchor then each draft as it is chosen.
+    # The head's state starts afresh at every block and reads the anchor then each draft as it is chosen.
     if head is not None:
-        state = head.initial_state(rows)
+        state = head.initial_state(rows) if head_state is None else head_state
         head_logits, state = head.step(anchor, state)
     for i in range(k):
         slot_logits = dflash_logits[:, i]

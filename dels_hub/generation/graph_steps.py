@@ -17,6 +17,7 @@ import torch
 
 from ..copy_expert import CopyChain
 from ..draft_vocabulary import DraftVocabulary
+from ..heads.context import head_start
 from ..sampling import Warping
 from .caches import causal_mask
 from .drafting import propose
@@ -53,6 +54,10 @@ class Drafting:
             else None
         return CopyChain(tokens, anchor, self.copy_weights, unpruned)
 
+    def head_state(self, tokens: torch.Tensor, anchor) -> torch.Tensor | None:
+        """The state the head reads the anchor at ``anchor`` of ``tokens [B, T]`` from (None without a head)."""
+        return None if self.head is None else head_start(self.head, tokens, anchor)
+
 
 def verify_step(model, ids, positions, cache, cache_arg: str, logits_to_keep: int = 0, slots=None, mask=None):
     """One target forward at ``positions [B, T]`` through ``cache`` -> ``(logits, hidden_states)``.
@@ -74,14 +79,15 @@ def draft_step(drafting: Drafting, features, context_positions, context_real, bl
 
     ``features`` .. ``cache`` as in ``draft_hidden``; ``races``: ``[B, k, V]`` Exp(1) draws for sampling (None when
     greedy); ``tokens``, ``anchor``: the ``[B, T]`` token buffer and the ``[B]`` anchor positions, read by the copy
-    expert.
+    expert and by a head that reads the tokens before its block.
     """
     slot_hidden = draft_hidden(drafting, features, context_positions, context_real, block, block_positions, cache)
     confidence = (torch.empty(slot_hidden.shape[:2], dtype=torch.float32, device=slot_hidden.device)
                   if drafting.confidence else None)
     drafts, q = propose(drafting.lm_head(slot_hidden), block[:, 0], drafting.warping, None, drafting.head,
                         drafting.log_prior, drafting.alpha, drafting.beta, races=races,
-                        copy=drafting.copy_chain(tokens, anchor, slot_hidden), confidence=confidence)
+                        copy=drafting.copy_chain(tokens, anchor, slot_hidden), confidence=confidence,
+                        head_state=drafting.head_state(tokens, anchor))
     return drafts, q, confidence
 
 

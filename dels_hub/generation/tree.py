@@ -80,6 +80,7 @@ def grow_tree(
     alpha: torch.Tensor | None = None,
     beta: torch.Tensor | None = None,
     copy: CopyChain | None = None,
+    head_state: torch.Tensor | None = None,
 ) -> DraftTree:
     """Grow each row's tree of ``settings.budget`` nodes from DFlash's ``[B, k, V]`` logits of block slots 1..k.
 
@@ -87,7 +88,8 @@ def grow_tree(
     fused distribution (DFlash at that depth, plus alpha times the head's logits on the node's own path, minus beta
     times the log prior, plus the copy vote from the path's own suffix) gives its ``branching`` most probable
     children. Then the ``budget`` best of all candidates are kept. A child is never more probable than its parent, so
-    the kept set is a tree (ties go to the shallower node).
+    the kept set is a tree (ties go to the shallower node). ``head_state``: the state the head reads the anchor from,
+    as in ``drafting.propose``.
     """
     rows, k, _ = dflash_logits.shape
     device = dflash_logits.device
@@ -95,9 +97,9 @@ def grow_tree(
     # The frontier: the nodes expanded at the next depth, ``width`` per row, as candidate ids, scores and states.
     frontier = torch.zeros((rows, 1), dtype=torch.long, device=device)
     score = torch.zeros((rows, 1), dtype=torch.float64, device=device)
-    head_logits = head_state = matches = None
-    if head is not None:
-        head_logits, head_state = head.step(anchor, head.initial_state(rows))
+    head_logits = matches = None
+    if head is not None:  # from the head's initial state unless primed, as in drafting.propose
+        head_logits, head_state = head.step(anchor, head.initial_state(rows) if head_state is None else head_state)
         head_logits = head_logits.unsqueeze(1)  # [B, F, V_head]
     if copy is not None:
         matches = copy.matches.unsqueeze(1)  # [B, F, T]

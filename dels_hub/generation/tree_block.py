@@ -37,7 +37,8 @@ def draft_tree(state: DecodeState, drafting: Drafting, features, block, block_po
         slot_hidden = eager_hidden(drafting, state.draft_cache, state.positions, features, block, start)
         anchor = start
     return grow_tree(drafting.lm_head(slot_hidden), block[:, 0], settings, drafting.head, drafting.log_prior,
-                     drafting.alpha, drafting.beta, drafting.copy_chain(state.output, anchor, slot_hidden))
+                     drafting.alpha, drafting.beta, drafting.copy_chain(state.output, anchor, slot_hidden),
+                     drafting.head_state(state.output, anchor))
 
 
 def verify_tree_block(verify, target, tree: DraftTree, state: DecodeState, cache_arg: str, block_positions,

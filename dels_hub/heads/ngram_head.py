@@ -3,13 +3,18 @@ count tables that the decode loop fuses as it fuses a GRU head.
 
 It holds ``ngram.NGramHead``'s interpolated Kneser-Ney model as tensors, so that a draft step reads it without a host
 sync: per order n and per kind (``raw`` counts for the order that the block's context fills, ``cont`` continuation
-counts below it), the contexts' exact integer keys (sorted, found with ``searchsorted``), each context's top
-``top_k`` next tokens with their discounted probabilities, and its back-off weight. Contexts seen fewer than
-``min_count`` times are dropped (the next lower order stands in for them), and the discounted mass of the next tokens
-past ``top_k`` joins the back-off weight, so every distribution still sums to 1.
+counts below it), the contexts' exact integer keys (sorted, found with ``searchsorted``), each context's back-off
+weight, and its next tokens (at most ``top_k``, the most frequent) with their discounted probabilities. The next
+tokens of all contexts lie end to end in one flat list, each context's from ``offsets[i]`` to ``offsets[i + 1]``: most
+contexts of a high order were seen once, with one next token, and a fixed ``top_k`` columns per context would be
+mostly padding. Contexts seen fewer than ``min_count`` times are dropped (the next lower order stands in for them),
+and the discounted mass of the next tokens past ``top_k`` joins the back-off weight, so every distribution still sums
+to 1.
 
-The state is the block's last ``order - 1`` tokens, -1 where the block has not reached back that far; ``step``
-returns log-probabilities, which the fusion takes as the head's logits.
+The state is the last ``order - 1`` tokens read, -1 where nothing was read that far back; ``step`` returns
+log-probabilities, which the fusion takes as the head's logits. A head with ``context_tokens`` > 0 starts each block
+from the committed tokens before the anchor (``heads.context``), so its first slots are scored by the full order
+instead of a bigram and a trigram; with 0 it reads the block alone, as the n-gram baseline is scored.
 """
 
 import torch
@@ -21,19 +26,26 @@ KINDS = ("raw", "cont")
 
 
 class NGramHeadConfig(PretrainedConfig):
-    """Sizes of an n-gram head's tables (``table_sizes``: ``"raw3": contexts``, ...), how they were pruned, and
-    what every head carries: fusion defaults and the tokenizer family's fingerprint."""
+    """Sizes of an n-gram head's tables (``table_sizes``: ``"raw3": contexts``, ...; ``table_entries``: their next
+    tokens, ``"raw3": entries``), how they were pruned, and what every head carries: fusion defaults and the
+    tokenizer family's fingerprint."""
 
     model_type = "dels_ngram_head"
 
     def __init__(self, vocab_size: int = 49152, order: int = 4, kept_next_tokens: int = 8, min_count: int = 2,
-                 table_sizes: dict | None = None, block_size: int = 16, unigram_smoothing: float = 1.0,
+                 table_sizes: dict | None = None, table_entries: dict | None = None, block_size: int = 16,
+                 unigram_smoothing: float = 1.0,
                  alpha: float | list[float] = 0.3, beta: float | list[float] = 0.3, pure_prefix_len: int = 1,
-                 tokenizer_fingerprint: dict | None = None, **kwargs):
+                 tokenizer_fingerprint: dict | None = None, context_tokens: int = 0, **kwargs):
+        if not 0 <= context_tokens <= order - 2:
+            raise ValueError(f"context_tokens must be between 0 and order - 2 = {order - 2} (the state holds "
+                             f"order - 1 tokens, the anchor among them), got {context_tokens}")
+        self.context_tokens = context_tokens
         # Not "top_k": transformers refuses a config field that shares a generation parameter's name.
         self.vocab_size, self.order, self.kept_next_tokens = vocab_size, order, kept_next_tokens
         self.min_count = min_count
         self.table_sizes = dict(table_sizes or {})
+        self.table_entries = dict(table_entries or {})
         self.block_size, self.unigram_smoothing = block_size, unigram_smoothing
         self.alpha, self.beta, self.pure_prefix_len = alpha, beta, pure_prefix_len
         self.tokenizer_fingerprint = tokenizer_fingerprint
@@ -46,7 +58,8 @@ def table_names(order: int) -> list[str]:
 
 
 def context_keys(contexts: torch.Tensor, vocab_size: int) -> torch.Tensor:
-    """``[..., n]`` ids -> ``[...]`` int64 keys, exact for n <= 3 below 2^63 (ids read as digits base V)."""
+    """``[..., n]`` ids -> ``[...]`` int64 keys (ids read as digits base V): exact while V^n < 2^63, which
+    ``NGramLocalHead.from_ngram`` checks."""
     keys = torch.zeros(contexts.shape[:-1], dtype=torch.long, device=contexts.device)
     for position in range(contexts.shape[-1]):
         keys = keys * vocab_size + contexts[..., position]
@@ -63,15 +76,17 @@ class NGramLocalHead(PreTrainedModel):
 
     def __init__(self, config: NGramHeadConfig):
         super().__init__(config)
-        vocab, k = config.vocab_size, config.kept_next_tokens
+        vocab = config.vocab_size
         self.register_buffer("unigram_counts", torch.zeros(vocab))  # supervised tokens: the fusion's prior
         self.register_buffer("unigram", torch.full((vocab,), 1.0 / vocab))  # P_1, continuation-smoothed
         for name in table_names(config.order):
-            size = config.table_sizes.get(name, 0)
+            size, entries = config.table_sizes.get(name, 0), config.table_entries.get(name, 0)
             self.register_buffer(f"{name}_keys", torch.zeros(size, dtype=torch.long))
             self.register_buffer(f"{name}_backoff", torch.ones(size))
-            self.register_buffer(f"{name}_ids", torch.zeros(size, k, dtype=torch.int32))  # half of int64's bytes
-            self.register_buffer(f"{name}_probs", torch.zeros(size, k))
+            # int32: half of int64's bytes, and the entries of one table stay far below 2^31.
+            self.register_buffer(f"{name}_offsets", torch.zeros(size + 1, dtype=torch.int32))
+            self.register_buffer(f"{name}_ids", torch.zeros(entries, dtype=torch.int32))
+            self.register_buffer(f"{name}_probs", torch.zeros(entries))
         self.post_init()
 
     def _init_weights(self, module):
@@ -90,8 +105,10 @@ class NGramLocalHead(PreTrainedModel):
     def from_ngram(cls, model: NGramHead, top_k: int = 8, min_count: int = 2, **config) -> "NGramLocalHead":
         """Tensor tables of a fitted ``NGramHead``, pruned to ``top_k`` next tokens per context and to contexts
         seen at least ``min_count`` times."""
-        if model.order - 1 > 3:
-            raise ValueError(f"contexts of more than 3 ids do not fit an int64 key; order {model.order} > 4")
+        if model.vocab_size ** (model.order - 1) >= 2**63:
+            raise ValueError(f"contexts of {model.order - 1} ids of a {model.vocab_size:,}-id vocabulary do not fit "
+                             f"an int64 key; order {model.order} is too high for it (4 fits any vocabulary under "
+                             f"2,097,152 ids, 5 any under 55,109)")
         tables = {}
         for name in table_names(model.order):
             kind, n = name[:-1], int(name[-1])
@@ -100,27 +117,40 @@ class NGramLocalHead(PreTrainedModel):
             tables[name] = _pruned_table(counts, discount, top_k, min_count)
         head = cls(NGramHeadConfig(vocab_size=model.vocab_size, order=model.order, kept_next_tokens=top_k,
                                    min_count=min_count,
-                                   table_sizes={name: len(table[1]) for name, table in tables.items()}, **config))
+                                   table_sizes={name: len(table[1]) for name, table in tables.items()},
+                                   table_entries={name: len(table[2]) for name, table in tables.items()}, **config))
         with torch.no_grad():
             head.unigram.copy_(model._unigram.float())
             supervised = model.raw[1].next.get((), {})
             if supervised:
                 head.unigram_counts[torch.tensor(list(supervised.keys()))] = torch.tensor(
                     list(supervised.values()), dtype=torch.float32)
-            for name, (contexts, backoff, ids, probs) in tables.items():
-                keys = context_keys(torch.tensor(contexts, dtype=torch.long).view(len(backoff), -1),
+            for name, (contexts, backoff, ids, probs, lengths) in tables.items():
+                keys = context_keys(torch.tensor(contexts, dtype=torch.long).view(len(backoff), int(name[-1]) - 1),
                                     model.vocab_size)
                 order = keys.argsort()
                 getattr(head, f"{name}_keys").copy_(keys[order])
                 getattr(head, f"{name}_backoff").copy_(torch.tensor(backoff)[order])
-                getattr(head, f"{name}_ids").copy_(torch.tensor(ids, dtype=torch.int32).view(-1, top_k)[order])
-                getattr(head, f"{name}_probs").copy_(torch.tensor(probs).view(-1, top_k)[order])
+                # The next tokens follow their contexts into key order (stable: most frequent first within each).
+                lengths = torch.tensor(lengths, dtype=torch.long)
+                rank = torch.empty_like(order)
+                rank[order] = torch.arange(len(order))
+                entries = torch.argsort(rank.repeat_interleave(lengths), stable=True)
+                getattr(head, f"{name}_offsets")[1:] = torch.cumsum(lengths[order], 0)
+                getattr(head, f"{name}_ids").copy_(torch.tensor(ids, dtype=torch.int32)[entries])
+                getattr(head, f"{name}_probs").copy_(torch.tensor(probs)[entries])
         return head
 
-    def initial_state(self, batch_size: int, device=None, dtype=None) -> torch.Tensor:
-        """``[batch_size, order - 1]`` ids read so far, -1 before the block's first token."""
-        return torch.full((batch_size, self.config.order - 1), -1, dtype=torch.long,
-                          device=device or self.unigram.device)
+    def initial_state(self, batch_size: int, device=None, dtype=None, context: torch.Tensor | None = None
+                      ) -> torch.Tensor:
+        """``[batch_size, order - 1]`` ids read so far: -1, or the ``context [batch_size, c]`` (c <= order - 2, -1
+        where unknown) that the block's anchor follows, in the last c columns."""
+        state = torch.full((batch_size, self.config.order - 1), -1, dtype=torch.long,
+                           device=device or self.unigram.device)
+        width = 0 if context is None else min(context.shape[1], self.config.order - 2)
+        if width:
+            state[:, -width:] = context[:, -width:]
+        return state
 
     def log_prior(self) -> torch.Tensor:
         """``[V]`` float32 log p_hat with add-k smoothing, as a GRU head's."""
@@ -137,8 +167,18 @@ class NGramLocalHead(PreTrainedModel):
         return keys[index] == key, index
 
     def _table(self, name: str, index: torch.Tensor):
-        return (getattr(self, f"{name}_backoff")[index], getattr(self, f"{name}_ids")[index].long(),
-                getattr(self, f"{name}_probs")[index])
+        """Context ``index``'s back-off weight and ``top_k`` (id, probability) columns, padded with (0, 0.0)."""
+        backoff, offsets, ids, probs = (getattr(self, f"{name}_{part}") for part in ("backoff", "offsets", "ids",
+                                                                                      "probs"))
+        columns = (*index.shape, self.config.kept_next_tokens)
+        if ids.numel() == 0:  # an empty table (``_lookup`` finds nothing in it): all padding
+            return (torch.ones(index.shape, dtype=backoff.dtype, device=index.device),
+                    torch.zeros(columns, dtype=torch.long, device=index.device),
+                    torch.zeros(columns, dtype=probs.dtype, device=index.device))
+        entry = offsets[index].long().unsqueeze(-1) + torch.arange(columns[-1], device=index.device)
+        inside = entry < offsets[index + 1].long().unsqueeze(-1)
+        entry = entry.clamp_max(ids.numel() - 1)
+        return backoff[index], torch.where(inside, ids[entry].long(), 0), torch.where(inside, probs[entry], 0.0)
 
     def distribution(self, state: torch.Tensor) -> torch.Tensor:
         """``[B, V]`` P(next | the block's tokens in ``state``), float32."""
@@ -180,9 +220,9 @@ class NGramLocalHead(PreTrainedModel):
 
 
 def _pruned_table(counts, discount: float, top_k: int, min_count: int):
-    """Flat lists of one order's table: contexts, back-off weights, and ``top_k`` (id, discounted probability)
-    pairs per context, padded with (0, 0.0)."""
-    contexts, backoffs, ids, probs = [], [], [], []
+    """Flat lists of one order's table: contexts, back-off weights, each context's (at most ``top_k``) next ids and
+    discounted probabilities end to end, and how many each context has."""
+    contexts, backoffs, ids, probs, lengths = [], [], [], [], []
     for context, next_counts in counts.next.items():
         total = counts.total[context]
         if total < min_count:
@@ -192,6 +232,7 @@ def _pruned_table(counts, discount: float, top_k: int, min_count: int):
         dropped_mass = sum(max(count - discount, 0.0) for _, count in ranked[top_k:]) / total
         contexts.extend(context)
         backoffs.append(discount * len(next_counts) / total + dropped_mass)
-        ids.extend([token for token, _ in kept] + [0] * (top_k - len(kept)))
-        probs.extend([max(count - discount, 0.0) / total for _, count in kept] + [0.0] * (top_k - len(kept)))
-    return contexts, backoffs, ids, probs
+        ids.extend(token for token, _ in kept)
+        probs.extend(max(count - discount, 0.0) / total for _, count in kept)
+        lengths.append(len(kept))
+    return contexts, backoffs, ids, probs, lengths

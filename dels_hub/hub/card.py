@@ -179,6 +179,7 @@ def baseline_summary(figures: dict, repo_dir: Path, source: str = "the baseline 
         "held_out": (f"{figures.get('eval_sequences', '?')} held-out sequences x "
                      f"{figures.get('eval_anchors_per_sequence', '?')} blocks of `{figures.get('recipe', '?')}`"),
         "command": figures.get("command", ""),
+        "baseline_tokens": figures.get("train_tokens"),
     }
 
 

@@ -1,7 +1,8 @@
 """Named offline corpora, and the refusal of benchmark data as training or tuning data.
 
 * ``sharegpt:train`` / ``sharegpt:validation``: the fixed split of the packaged ShareGPT file (``sharegpt.py``,
-  the design brief, §4). ``sharegpt:heldout`` is the benchmark's and is refused.
+  the design brief, §4); ``sharegpt:train-unique``: the train slice without the conversations that repeat validation
+  or held-out text. ``sharegpt:heldout`` is the benchmark's and is refused.
 * ``pysrc:stdlib`` / ``pysrc:PACKAGE``: the ``.py`` files of the running Python's standard library or of an
   installed package, one ``{"text", "path"}`` record per file in path order: code that is already on every
   machine. Add ``:validation`` for the held-out 1 in ``PYSRC_VALIDATION_EVERY`` files (chosen by a hash of
@@ -46,10 +47,10 @@ def corpus_records(source: str) -> list[dict]:
 def refuse_benchmark(source: str) -> None:
     """Raise ``TrainingDataError`` if ``source`` is, or holds, benchmark data."""
     if source.startswith("sharegpt:"):
-        if source not in ("sharegpt:train", "sharegpt:validation"):
+        if source not in ("sharegpt:train", "sharegpt:train-unique", "sharegpt:validation"):
             raise TrainingDataError(
-                f"{source!r}: only sharegpt:train and sharegpt:validation may be trained or evaluated on "
-                "(the held-out slice belongs to the benchmark)"
+                f"{source!r}: only sharegpt:train, sharegpt:train-unique and sharegpt:validation may be trained or "
+                "evaluated on (the held-out slice belongs to the benchmark)"
             )
         return
     if source.startswith("pysrc:"):

@@ -222,7 +222,8 @@ def load_examples(config, tokenizer) -> tuple[list[Example], list[Example]]:
     for source in config.data:
         train.extend(tokenize_records(matching_records(source, config, config.max_examples), tokenizer, config,
                                       source))
-    eval_sources = config.eval_data or (["sharegpt:validation"] if config.data == ["sharegpt:train"] else [])
+    trains_on_sharegpt = config.data in (["sharegpt:train"], ["sharegpt:train-unique"])
+    eval_sources = config.eval_data or (["sharegpt:validation"] if trains_on_sharegpt else [])
     if eval_sources:
         held = []
         for source in eval_sources:

@@ -16,6 +16,7 @@ from ..errors import IncompatibleTokenizerError
 from ..files import save_pretrained_atomic
 from ..fingerprint import tokenizer_fingerprint
 from ..heads import DeLSLocalHead, DeLSLocalHeadConfig
+from ..heads.context import context_width, tokens_before
 from ..loading import FAMILY_PREFIX, load_strict, load_tokenizer
 from ..locations import model_location
 from .card import write_head_card
@@ -34,8 +35,11 @@ class HeadObjective(nn.Module):
         self.head = head
         self.register_buffer("weights", weights, persistent=False)
 
-    def forward(self, tokens: torch.Tensor, supervised: torch.Tensor):
-        logits = self.head(input_ids=tokens[:, :-1])  # slot t reads tokens 0..t, predicts token t + 1
+    def forward(self, tokens: torch.Tensor, supervised: torch.Tensor, context: torch.Tensor | None = None):
+        # Slot t reads tokens 0..t and predicts token t + 1; a head that reads the tokens before the block (an
+        # n-gram head's ``context_tokens``) starts from them, as in the decode loop.
+        primed = {} if context is None else {"state": self.head.initial_state(len(tokens), context=context)}
+        logits = self.head(input_ids=tokens[:, :-1], **primed)
         return block_loss(logits, tokens[:, 1:], supervised[:, 1:], self.weights[1:])
 
 
@@ -55,14 +59,19 @@ class HeadTask:
         self.device = device
 
     def make_batch(self, examples: list[Example], generator: torch.Generator, step, eval_batch: int | None = None):
-        """All anchored blocks of the micro-batch, flattened: the head has no sequence context."""
-        tokens, supervised = [], []
+        """All anchored blocks of the micro-batch, flattened: the head sees no sequence context, except the
+        tokens just before each anchor for a head that reads them."""
+        tokens, supervised, contexts = [], [], []
+        width = context_width(self.head)
         for example in examples:
             anchors = sample_anchors(example.loss_mask, self.config.anchors_per_seq, generator)
             block_tokens, block_supervised = gather_blocks(example, anchors, self.config.block_size)
             tokens.append(block_tokens)
             supervised.append(block_supervised)
+            contexts.append(tokens_before(example.ids.expand(len(anchors), -1), anchors, width))
         batch = {"tokens": torch.cat(tokens).to(self.device), "supervised": torch.cat(supervised).to(self.device)}
+        if width:
+            batch["context"] = torch.cat(contexts).to(self.device)
         return batch, sum(len(e.ids) for e in examples)
 
     def after_step(self, stats, step, accelerator):
