@@ -7,7 +7,10 @@ import pytest
 import torch
 
 from dels_hub.errors import FusionScheduleError
+from dels_hub.fingerprint import tokenizer_fingerprint
 from dels_hub.generation.drafting import propose
+from dels_hub.heads.ngram import NGramHead
+from dels_hub.heads.ngram_head import NGramLocalHead
 from dels_hub.loading import load_head
 from dels_hub.sampling import Warping
 from dels_hub.vllm_plugin import (
@@ -37,9 +40,23 @@ def engine_script():
 HEAD_VOCAB = VOCAB - 4  # conftest's tokenizer (and so its head) has fewer ids than the target's embedding rows
 
 
+def ngram_head_folder(root):
+    """An n-gram head that reads 2 tokens before its block in the loop; the plugin sees the anchors only, so under
+    vLLM it reads the block alone (what ``fused_chain`` computes)."""
+    texts = torch.randint(0, HEAD_VOCAB, (6, 40), generator=torch.Generator().manual_seed(3))
+    counted = NGramHead.fit([(text, torch.ones(len(text), dtype=torch.bool)) for text in texts], HEAD_VOCAB, 4)
+    # No pure prefix: the first slot reads the anchor's bigram, which these random texts have seen for most anchors.
+    head = NGramLocalHead.from_ngram(counted, top_k=4, min_count=1, alpha=0.5, beta=0.3, pure_prefix_len=0,
+                                     context_tokens=2, tokenizer_fingerprint=tokenizer_fingerprint(make_tokenizer()))
+    head.save_pretrained(root / "ngram-head")
+    return root / "ngram-head"
+
+
 @torch.no_grad()
-def test_the_plugins_logits_are_the_fused_chain_of_fuse_logits(parts, tmp_path):
-    folder = write_drafter_folder(parts / "dflash", parts / "head", 7, folder=tmp_path / "dels")
+@pytest.mark.parametrize("kind", ["gru", "ngram"])
+def test_the_plugins_logits_are_the_fused_chain_of_fuse_logits(parts, tmp_path, kind):
+    head = parts / "head" if kind == "gru" else ngram_head_folder(tmp_path)
+    folder = write_drafter_folder(parts / "dflash", head, 7, folder=tmp_path / "dels")
     fusion = BlockFusion.from_folder(folder, 7, "cpu")
     generator = torch.Generator().manual_seed(0)
     requests = 4
@@ -49,8 +66,9 @@ def test_the_plugins_logits_are_the_fused_chain_of_fuse_logits(parts, tmp_path):
     blocks = drafter.view(requests, 7, VOCAB)
     fused_chain = engine_script().fused_chain
     torch.testing.assert_close(fused, fused_chain(fusion, blocks, anchors))
-    # The pure prefix takes the drafter alone; after it, the head moves the logits.
-    torch.testing.assert_close(fused[:, 0], blocks[:, 0])
+    # The GRU head's pure prefix takes the drafter alone; after it, the head moves the logits.
+    if kind == "gru":
+        torch.testing.assert_close(fused[:, 0], blocks[:, 0])
     assert (fused[:, 1:] - blocks[:, 1:]).abs().max() > 0.1
     # Negative control: the same chain read from other anchors differs, so the comparison above can fail.
     assert not torch.allclose(fused, fused_chain(fusion, blocks, (anchors + 1) % HEAD_VOCAB))
