@@ -20,6 +20,7 @@ QWEN3_HEAD = UPLOAD_DIR / "qwen3-dels-head"
 CODE_ADAPTER = UPLOAD_DIR / "smollm2-dels-head-code-lora"  # a PEFT adapter over SMOLLM2_HEAD
 SMOLLM2_NGRAM_HEAD = UPLOAD_DIR / "smollm2-ngram-head"  # counted heads (scripts/fit_ngram_head.py)
 QWEN3_NGRAM_HEAD = UPLOAD_DIR / "qwen3-ngram-head"
+QWEN35_NGRAM_HEAD = UPLOAD_DIR / "qwen3.5-ngram-head"
 BUDGETS = {
     **{path: 25 * MEGABYTE for path in SMOLLM2_DRAFTERS.values()},
     SMOLLM2_HEAD: 15 * MEGABYTE,
@@ -27,9 +28,10 @@ BUDGETS = {
     CODE_ADAPTER: 15 * MEGABYTE,
     SMOLLM2_NGRAM_HEAD: 64 * MEGABYTE,  # the issue's budget per head repo
     QWEN3_NGRAM_HEAD: 64 * MEGABYTE,
+    QWEN35_NGRAM_HEAD: 64 * MEGABYTE,
 }
 KINDS = {SMOLLM2_HEAD: "head", QWEN3_HEAD: "head", CODE_ADAPTER: "adapter", SMOLLM2_NGRAM_HEAD: "head",
-         QWEN3_NGRAM_HEAD: "head"}
+         QWEN3_NGRAM_HEAD: "head", QWEN35_NGRAM_HEAD: "head"}
 STAGED = [path for path in BUDGETS if path.is_dir()]
 
 pytestmark = pytest.mark.skipif(not STAGED, reason="no repo staged under upload/ yet")
@@ -102,6 +104,21 @@ def test_staged_qwen3_head_is_refused_by_smollm2(location):
     directory, gguf = smollm2_location()
     with pytest.raises(IncompatibleTokenizerError, match="family 'qwen3'"):
         check_head(smollm2, load_head(str(location)), AutoTokenizer.from_pretrained(directory, **gguf))
+
+
+def test_staged_qwen35_head_carries_its_familys_fingerprint_and_is_refused_by_qwen3():
+    """Qwen3.5 and Qwen3 tokenizers differ (248,077 against 151,669 ids): a head of one family never pairs with the
+    other's target."""
+    if not QWEN35_NGRAM_HEAD.is_dir():
+        pytest.skip("not staged")
+    from test_families import meta_qwen3
+
+    head = load_head(str(QWEN35_NGRAM_HEAD))
+    family = get_family("qwen3.5")
+    assert head.config.tokenizer_fingerprint["sha256"] == tokenizer_fingerprint(family.build_tokenizer())["sha256"]
+    target, _ = meta_qwen3("8b")
+    with pytest.raises(IncompatibleTokenizerError, match="family 'qwen3.5'"):
+        check_head(target, head, get_family("qwen3").build_tokenizer())
 
 
 def test_staged_adapter_is_its_base_head_adapted(elsewhere):
