@@ -17,7 +17,7 @@ import torch
 
 from ..copy_expert import CopyChain
 from ..draft_vocabulary import DraftVocabulary
-from ..heads.context import context_width, head_start
+from ..heads.context import head_start
 from ..sampling import Warping
 from .caches import causal_mask
 from .drafting import propose
@@ -56,10 +56,8 @@ class Drafting:
 
     def head_state(self, tokens: torch.Tensor | None, anchor) -> torch.Tensor | None:
         """The state the head reads the anchor at ``anchor`` of ``tokens [B, T]`` from; None when there is no head,
-        or when it reads its block alone (``propose`` then starts it afresh, and ``tokens`` may be None)."""
-        if self.head is None or context_width(self.head) == 0:
-            return None
-        return head_start(self.head, tokens, anchor)
+        or when it reads its block alone (``heads.context.head_start``)."""
+        return None if self.head is None else head_start(self.head, tokens, anchor)
 
 
 def verify_step(model, ids, positions, cache, cache_arg: str, logits_to_keep: int = 0, slots=None, mask=None):

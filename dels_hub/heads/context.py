@@ -25,10 +25,10 @@ def tokens_before(tokens: torch.Tensor, anchor, width: int) -> torch.Tensor:
     return tokens.gather(1, positions.clamp_min(0)).masked_fill(positions < 0, -1)
 
 
-def head_start(head, tokens: torch.Tensor, anchor) -> torch.Tensor:
-    """The state ``head`` reads a block's anchor from: its initial state, primed with the committed tokens before
-    ``anchor`` when it reads them."""
+def head_start(head, tokens: torch.Tensor | None, anchor) -> torch.Tensor | None:
+    """The state ``head`` reads a block's anchor from, primed with the committed tokens before ``anchor``; None for a
+    head that reads its block alone (``drafting.propose`` then starts it afresh, and ``tokens`` may be None)."""
     width = context_width(head)
     if width == 0:
-        return head.initial_state(tokens.shape[0])
+        return None
     return head.initial_state(tokens.shape[0], context=tokens_before(tokens, anchor, width))

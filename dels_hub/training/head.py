@@ -68,7 +68,8 @@ class HeadTask:
             block_tokens, block_supervised = gather_blocks(example, anchors, self.config.block_size)
             tokens.append(block_tokens)
             supervised.append(block_supervised)
-            contexts.append(tokens_before(example.ids.expand(len(anchors), -1), anchors, width))
+            if width:
+                contexts.append(tokens_before(example.ids.expand(len(anchors), -1), anchors, width))
         batch = {"tokens": torch.cat(tokens).to(self.device), "supervised": torch.cat(supervised).to(self.device)}
         if width:
             batch["context"] = torch.cat(contexts).to(self.device)
