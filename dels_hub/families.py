@@ -256,7 +256,9 @@ def staged_heads(folder) -> list[dict]:
             "baseline": ({key: baseline[key] for key in ("baseline", "baseline_mean", "wins")}
                          | {"positions": len(baseline["rows"])}) if baseline else None,
             "gains": [{key: gain[key] for key in ("run", "relative", "difference")}
-                      for gain in (kept.get("bench") or {}).get("gains") or []],
+                      for gain in (kept.get("bench") or {}).get("gains") or []]
+            + [{"run": f"{gain['run']}, replay", "relative": gain["relative"], "difference": gain["difference"]}
+               for gain in kept.get("replays") or [] if gain["shape"] == "chain"],
         })
     return found
 

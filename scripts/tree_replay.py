@@ -16,6 +16,7 @@ accepted exactly when it equals that text's token, so the replay runs on the sam
 
 import argparse
 import json
+import shlex
 import sys
 
 import torch
@@ -147,8 +148,9 @@ def main(argv=None) -> int:
                   f"{difference['mean']:+.3f} (95% CI {difference['low']:+.3f} to {difference['high']:+.3f})")
     if args.json:
         with open(args.json, "w") as handle:
-            json.dump({"settings": vars(args), "origins": origins, "tau": summary, "gain_over_dflash": gains,
-                       "per_sequence": taus}, handle, indent=1)
+            command = shlex.join(["python", "scripts/tree_replay.py", *(sys.argv[1:] if argv is None else argv)])
+            json.dump({"command": command, "settings": vars(args), "origins": origins, "tau": summary,
+                       "gain_over_dflash": gains, "per_sequence": taus}, handle, indent=1)
     return 0
 
 

@@ -401,7 +401,8 @@ def test_ngram_head_card_says_the_head_reads_the_tokens_before_its_block(ngram_h
     write_card(ngram_head_dir, repo_id="ORG/qwen3-ngram-head")
     text = (ngram_head_dir / "README.md").read_text()
     assert "reads the 2 committed tokens before each block's anchor" in text and "scored by a 4-gram" in text
-    assert "reads the block alone, as" not in text
+    assert "drafted in the current block and the 2 committed tokens before it." in text
+    assert "reads the block alone, as" not in text and "sees the block alone" not in text
 
 
 def test_card_puts_the_head_beside_the_ngram_baseline(qwen3_head_dir, tmp_path):
@@ -439,6 +440,47 @@ def test_card_states_the_heads_gain_over_dflash(qwen3_head_dir):
     text = (qwen3_head_dir / "README.md").read_text()
     assert ("* DeLS (b=16, qwen3-dels-head): tau +11.5% over DFlash (b=16); difference +0.700 (95% CI +0.210 to "
             "+1.190)") in text
+
+
+def replay_file(tmp_path, repo_dir) -> dict:
+    """A scripts/tree_replay.py JSON that replays ``repo_dir`` against DFlash on chains and trees of 32 nodes."""
+    def gain(relative, mean):
+        return {"tau_gain_relative": relative, "tau_difference": {"mean": mean, "low": mean - 0.05,
+                                                                  "high": mean + 0.05, "n": 40}}
+    return {"command": "python scripts/tree_replay.py --head H --json F",
+            "settings": {"dflash": "upload/d", "dataset": "humaneval", "num_prompts": 40, "temperature": 0.7,
+                         "copy_ngram": 0},
+            "tau": {"DFlash": {"chain": 1.5, "32:16": 2.0}, str(repo_dir): {"chain": 1.65, "32:16": 2.3}},
+            "gain_over_dflash": {str(repo_dir): {"chain": gain(0.1, 0.15), "32:16": gain(0.15, 0.3)}}}
+
+
+def test_card_states_the_replayed_fusion_gain(ngram_head_dir, tmp_path, capsys):
+    write_card(ngram_head_dir, replays=[replay_file(tmp_path, ngram_head_dir)])
+    text = (ngram_head_dir / "README.md").read_text()
+    assert "## Fusion gain over DFlash alone (tau)" in text and "with the\ndrafter `upload/d`" in text
+    assert "| humaneval, 40 prompts, T=0.7 | chain | 1.5 | 1.65 | +10.0% | +0.150 (95% CI +0.100 to +0.200) |" in text
+    assert "| humaneval, 40 prompts, T=0.7 | tree of 32 nodes | 2.0 | 2.3 | +15.0% |" in text
+    assert "python scripts/tree_replay.py --head H --json F" in text
+    before = text
+    write_card(ngram_head_dir)  # a refresh keeps it
+    assert (ngram_head_dir / "README.md").read_text() == before
+    assert cli_main(["families", "--staged", str(tmp_path)]) == 0
+    (line,) = [line for line in capsys.readouterr().out.splitlines() if "staged head" in line]
+    assert line.endswith("; tau +10.0% over DFlash (humaneval, 40 prompts, T=0.7, replay)")  # chains only
+
+
+def test_card_cli_refuses_a_replay_of_another_head(qwen3_head_dir, ngram_head_dir, tmp_path, capsys):
+    path = tmp_path / "replay.json"
+    path.write_text(json.dumps(replay_file(tmp_path, ngram_head_dir)))
+    write_card(qwen3_head_dir)
+    before = (qwen3_head_dir / "README.md").read_text()
+    assert cli_main(["card", str(qwen3_head_dir), "--replay", str(path)]) != 0
+    assert f"--replay {path} replays {ngram_head_dir}, not {qwen3_head_dir}" in capsys.readouterr().err
+    assert (qwen3_head_dir / "README.md").read_text() == before  # refused before anything was written
+    path.write_text(json.dumps({"rows": []}))
+    assert cli_main(["card", str(qwen3_head_dir), "--replay", str(path)]) != 0
+    assert "is not a scripts/tree_replay.py JSON" in capsys.readouterr().err
+    assert cli_main(["card", str(ngram_head_dir), "--replay", str(path.with_name("missing.json"))]) != 0
 
 
 def test_families_lists_each_staged_head_with_its_figures(qwen3_head_dir, ngram_head_dir, tmp_path, capsys):

@@ -9,7 +9,8 @@ never overwritten unless ``force=True``. Cards are written atomically.
 
 What a card says is read from the repo itself (``config.json``, ``adapter_config.json``, ``training_config.json``)
 plus what the caller adds (the end-of-training evaluation, a ``dels-hub bench`` results.json, a
-``scripts/head_baseline.py`` JSON that scores the head beside the n-gram baseline). All are also kept in the card
+``scripts/head_baseline.py`` JSON that scores the head beside the n-gram baseline, ``scripts/tree_replay.py`` JSONs
+that replay it against DFlash alone). All are also kept in the card
 metadata under ``dels_hub``, so refreshing a card (``dels-hub card REPO_DIR``) keeps them.
 """
 
@@ -183,6 +184,44 @@ def baseline_summary(figures: dict, repo_dir: Path, source: str = "the baseline 
     }
 
 
+def _shape_name(shape: str) -> str:
+    """A replay's shape (``chain``, ``N:C[:F]``) in words."""
+    return "chain" if shape == "chain" else f"tree of {shape.split(':')[0]} nodes"
+
+
+def replay_summary(replays: list[dict], repo_dir: Path, sources: list[str] | None = None) -> list[dict]:
+    """The card's view of ``scripts/tree_replay.py`` JSONs: per run and draft shape, DFlash's tau, tau fused with
+    this head, and the paired gain. The head is the replayed entry whose location is ``repo_dir``;
+    ``RepoCardError`` names a file that does not replay it."""
+    rows = []
+    for index, figures in enumerate(replays):
+        source = sources[index] if sources else f"replay {index + 1}"
+        gains = figures.get("gain_over_dflash") if isinstance(figures, dict) else None
+        if not isinstance(gains, dict) or "settings" not in figures or "tau" not in figures:
+            raise RepoCardError(f"{source} is not a scripts/tree_replay.py JSON (it needs `settings`, `tau` and "
+                                "`gain_over_dflash`)")
+        own = [label for label in gains if Path(label).resolve() == repo_dir.resolve()]
+        if not own:
+            raise RepoCardError(f"{source} replays {', '.join(gains) or 'no head'}, not {repo_dir}: run "
+                                f"`python scripts/tree_replay.py ... --head {repo_dir} --json FILE`")
+        settings = figures["settings"]
+        drawn_from = settings.get("dataset") or f"validation ({', '.join(settings.get('validation') or [])})"
+        prompts = f"{drawn_from}, {settings['num_prompts']} prompts"
+        temperature = settings.get("temperature") or 0.0
+        run = f"{prompts}, {'greedy' if not temperature else f'T={temperature:g}'}"
+        copy = f", copy n-gram {settings['copy_ngram']}" if settings.get("copy_ngram") else ""
+        for shape, gain in gains[own[0]].items():
+            rows.append({
+                "run": run + copy, "shape": _shape_name(shape), "drafter": str(settings.get("dflash")),
+                "dflash_tau": round(figures["tau"]["DFlash"][shape], 3),
+                "head_tau": round(figures["tau"][own[0]][shape], 3),
+                "relative": f"{100 * gain['tau_gain_relative']:+.1f}%",
+                "difference": _signed_interval(gain["tau_difference"]),
+                "command": figures.get("command", ""),
+            })
+    return rows
+
+
 def render_card(
     repo_dir,
     *,
@@ -194,6 +233,7 @@ def render_card(
     drafter: str | None = None,
     license: str | None = None,
     baseline: dict | None = None,
+    replays: list[dict] | None = None,
 ) -> ModelCard:
     """The card of the model saved in ``repo_dir``; what is not given is read from the repo (its configs and training
     log) or its current card."""
@@ -208,10 +248,14 @@ def render_card(
     if kind == "dflash" and baseline is not None:
         raise RepoCardError(f"{repo_dir} is a DFlash drafter: an n-gram baseline scores heads only")
     baseline = baseline_summary(baseline, repo_dir) if baseline is not None else previous.get("baseline")
+    if kind == "dflash" and replays:
+        raise RepoCardError(f"{repo_dir} is a DFlash drafter: a replay's fusion gain belongs in a head's card")
+    replays = replay_summary(replays, repo_dir) if replays else previous.get("replays")
     repo_id = repo_id or previous.get("repo_id") or f"{PLACEHOLDER_ORG}{repo_dir.resolve().name}"
 
     variables: dict = {"repo_id": repo_id, "training": training, "last_eval": last_eval, "bench": bench,
-                       "baseline": baseline, "card_begin": CARD_BEGIN, "card_end": CARD_END}
+                       "baseline": baseline, "replays": replays,
+                       "card_begin": CARD_BEGIN, "card_end": CARD_END}
     if kind == "dflash":
         from ..dflash import DFlashConfig
 
@@ -263,6 +307,8 @@ def render_card(
         stored["bench"] = bench
     if baseline:
         stored["baseline"] = baseline
+    if replays:
+        stored["replays"] = replays
     card_data = ModelCardData(
         base_model=base_models or None,
         library_name="dels-hub",
@@ -332,6 +378,9 @@ def add_card_arguments(parser) -> None:
     parser.add_argument("--results", default=None, help="a `dels-hub bench` results.json to put in the card")
     parser.add_argument("--baseline", default=None,
                         help="a scripts/head_baseline.py JSON that scores this head beside the n-gram baseline")
+    parser.add_argument("--replay", action="append", default=[],
+                        help="a scripts/tree_replay.py JSON that replays this head against DFlash alone: its tau "
+                             "gain goes in the card (repeat for more runs; replaces the card's earlier replays)")
     parser.add_argument("--repo-id", default=None, help="the Hub id the usage snippet names (default: ORG/FOLDER)")
     parser.add_argument("--target", default=None, help="target Hub id shown in the card (default: the family's)")
     parser.add_argument("--dflash", default=None, help="DFlash drafter Hub id shown in a head's card")
@@ -366,7 +415,12 @@ def card_main(args) -> int:
         baseline = _read_given_json("--baseline", args.baseline, "a scripts/head_baseline.py JSON",
                                     "`python scripts/head_baseline.py ... --head REPO_DIR --json FILE`")
         baseline_summary(baseline, Path(args.repo_dir), f"--baseline {args.baseline}")  # refused before any write
+    replays = [_read_given_json("--replay", path, "a scripts/tree_replay.py JSON",
+                                "`python scripts/tree_replay.py ... --head REPO_DIR --json FILE`")
+               for path in args.replay]
+    replay_summary(replays, Path(args.repo_dir), [f"--replay {path}" for path in args.replay])  # refused first
     path = write_card(args.repo_dir, repo_id=args.repo_id, results=results, target=args.target,
-                      drafter=args.dflash, license=args.license, force=args.force, baseline=baseline)
+                      drafter=args.dflash, license=args.license, force=args.force, baseline=baseline,
+                      replays=replays or None)
     print(f"wrote {path}")
     return 0
