@@ -19,6 +19,7 @@ from dels_hub.errors import BenchArgumentError
 from dels_hub.fingerprint import tokenizer_fingerprint
 from dels_hub.heads.ngram import NGramHead
 from dels_hub.heads.ngram_head import NGramLocalHead
+from dels_hub.loading import load_head
 
 from conftest import make_dflash, make_head, make_target, make_tokenizer
 
@@ -138,9 +139,35 @@ def test_tune_fusion_cli_writes_the_best_weights_into_the_head(tmp_path, capsys)
     tuned = grid["per_position"]
     assert tuned["pure_prefix_len"] == grid["best"]["pure_prefix_len"] and tuned["tau"] >= tuned["scalar_tau"]
     saved = json.loads((tmp_path / "head" / "config.json").read_text())
-    assert (saved["alpha"], saved["beta"], saved["pure_prefix_len"]) == (tuned["alpha"], tuned["beta"],
-                                                                         tuned["pure_prefix_len"])
-    assert len(saved["alpha"]) == 3 - tuned["pure_prefix_len"]
+    # The schedule is stored only where it also wins on the check prompts; else the best scalar weights are.
+    chosen = tuned if grid["check"]["per_position"] > grid["check"]["best"] else grid["best"]
+    assert (saved["alpha"], saved["beta"], saved["pure_prefix_len"]) == (chosen["alpha"], chosen["beta"],
+                                                                         chosen["pure_prefix_len"])
+    assert cli.main(args + ["--pure-prefix-lens", "0", "1", "--per-position"]) == 0  # no check: the schedule
+    saved = json.loads((tmp_path / "head" / "config.json").read_text())
+    assert len(saved["alpha"]) == 3 - saved["pure_prefix_len"]
+
+
+def test_tune_fusion_cli_writes_into_an_ngram_head_and_keeps_it_one(tmp_path):
+    """--write rewrites the fusion weights of the head's own config class: an n-gram head stays an n-gram head."""
+    tokenizer = make_tokenizer(VOCAB - 2)
+    target = make_target("qwen3", vocab=VOCAB)
+    target.save_pretrained(tmp_path / "target")
+    tokenizer.save_pretrained(tmp_path / "target")
+    make_dflash(4, VOCAB - 1, vocab=VOCAB, seed=5).save_pretrained(tmp_path / "dflash")
+    texts = [torch.arange(2, 30) % (VOCAB - 2), torch.arange(5, 40) % (VOCAB - 2)]
+    NGramLocalHead.from_ngram(NGramHead.fit([(t, torch.ones(len(t), dtype=torch.bool)) for t in texts], VOCAB - 2,
+                                            4), top_k=4, min_count=1, context_tokens=2,
+                              tokenizer_fingerprint=tokenizer_fingerprint(tokenizer)).save_pretrained(tmp_path / "h")
+    before = json.loads((tmp_path / "h" / "config.json").read_text())
+    assert cli.main(["tune-fusion", "--target", str(tmp_path / "target"), "--dflash", str(tmp_path / "dflash"),
+                     "--head", str(tmp_path / "h"), "--num-prompts", "2", "--max-new-tokens", "12",
+                     "--alphas", "2.0", "--betas", "0.5", "--pure-prefix-lens", "0", "--write"]) == 0
+    saved = json.loads((tmp_path / "h" / "config.json").read_text())
+    assert (saved["alpha"], saved["beta"], saved["pure_prefix_len"]) == (2.0, 0.5, 0)
+    assert {key: value for key, value in saved.items() if key not in ("alpha", "beta", "pure_prefix_len")} == \
+        {key: value for key, value in before.items() if key not in ("alpha", "beta", "pure_prefix_len")}
+    assert isinstance(load_head(str(tmp_path / "h")), NGramLocalHead)
 
 
 def test_tune_fusion_cli_tunes_the_copy_expert_and_checks_its_flags(tmp_path, capsys):

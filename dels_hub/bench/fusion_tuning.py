@@ -218,8 +218,9 @@ def add_tune_fusion_arguments(parser: argparse.ArgumentParser) -> argparse.Argum
     parser.add_argument("--seed", type=int, default=0, help="which validation prompts (default: 0)")
     parser.add_argument("--write", action="store_true",
                         help="store the best (alpha, beta, pure_prefix_len) as the head's defaults in its "
-                             "config.json (per position with --per-position; the copy "
-                             "expert's settings are decoding settings: they are printed, not stored in the head)")
+                             "config.json (per position with --per-position, unless --check-prompts finds the "
+                             "scalar weights ahead out of sample; the copy expert's settings are decoding "
+                             "settings: they are printed, not stored in the head)")
     parser.add_argument("--json", default=None, help="also write the whole grid here")
     return parser
 
@@ -339,10 +340,12 @@ def tune_fusion_main(args: argparse.Namespace) -> int:
         print(f"best copy expert: --copy-ngram {best['copy_ngram']} --copy-gamma {best['copy_gamma']:g} (decoding "
               "settings of generate and bench)", file=sys.stderr)
     if args.write:
-        from ..heads import DeLSLocalHeadConfig
+        from transformers import AutoConfig  # dels_hub registers both head configs: a GRU's and an n-gram's
 
-        chosen = per_position or best
-        config = DeLSLocalHeadConfig.from_pretrained(args.head)
+        # A weight per position is more weights fitted to the same prompts: with a check, it must win there too.
+        wins_out_of_sample = check is None or check["per_position"] > check["best"]
+        chosen = per_position if per_position and wins_out_of_sample else best
+        config = AutoConfig.from_pretrained(args.head)
         config.alpha, config.beta, config.pure_prefix_len = chosen["alpha"], chosen["beta"], chosen["pure_prefix_len"]
         save_pretrained_atomic(config, args.head)
         print(f"wrote alpha={config.alpha}, beta={config.beta}, pure_prefix_len={config.pure_prefix_len} to "
