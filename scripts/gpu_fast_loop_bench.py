@@ -48,12 +48,12 @@ def build_smollm2(device, dtype):
     """The packaged SmolLM2-135M-Instruct target with the drafter and head staged under ``upload/``, and its
     tokenizer (the head's family is checked against it)."""
     from dels_hub.loading import load_dflash, load_head, load_target, load_tokenizer
-    from dels_hub.proving_ground import SMOLLM2_DFLASH, SMOLLM2_HEAD, smollm2_location
+    from dels_hub.proving_ground import SMOLLM2_DFLASH, SMOLLM2_HEADS, smollm2_location
 
     directory, gguf = smollm2_location()
     target = load_target(directory, dtype, **gguf).to(device)
     drafter = load_dflash(str(SMOLLM2_DFLASH), dtype).to(device)
-    head = load_head(str(SMOLLM2_HEAD), dtype).to(device)
+    head = load_head(str(SMOLLM2_HEADS["gru"]), dtype).to(device)  # the head of the committed breakdowns
     target.generation_config.eos_token_id = None  # the oracle decides the acceptance: never stop early
     target.generation_config.pad_token_id = 0
     return target.eval(), drafter.eval(), head.eval(), load_tokenizer(directory, **gguf)

@@ -28,7 +28,7 @@ from dels_hub.generation.caches import StaticDraftCache, StaticSlotCache
 from dels_hub.generation.drafting import context_features
 from dels_hub.generation.graph_steps import verify_step
 from dels_hub.loading import load_dflash, load_head, load_target, load_tokenizer
-from dels_hub.proving_ground import SMOLLM2_DFLASH, SMOLLM2_HEAD, smollm2_location
+from dels_hub.proving_ground import SMOLLM2_DFLASH, SMOLLM2_HEADS, smollm2_location
 from dels_hub.sampling import Warping, choose
 from dels_hub.verify import committed, to_host, verify_greedy
 
@@ -154,7 +154,7 @@ def main():
     tokenizer = load_tokenizer(directory, **gguf)
     target = load_target(directory, torch.float32, **gguf).eval()
     drafter = load_dflash(str(SMOLLM2_DFLASH), dtype=torch.float32)
-    head = load_head(str(SMOLLM2_HEAD)).float()
+    head = load_head(str(SMOLLM2_HEADS["gru"])).float()  # the head of the committed profiles
     prompt = load_prompts("humaneval")[args.prompt_index]
     input_ids = encode_chat(tokenizer, prompt.messages, "cpu")
     block_size = drafter.config.block_size

@@ -13,24 +13,24 @@ from dels_hub.errors import IncompatibleTokenizerError
 from dels_hub.families import get_family
 from dels_hub.hub import check_repo
 from dels_hub.loading import load_dflash, load_head
-from dels_hub.proving_ground import SMOLLM2_DRAFTERS, SMOLLM2_HEAD, UPLOAD_DIR, smollm2_location
+from dels_hub.proving_ground import SMOLLM2_DRAFTERS, SMOLLM2_HEADS, UPLOAD_DIR, smollm2_location
 
 MEGABYTE = 1_000_000
+SMOLLM2_GRU_HEAD, SMOLLM2_NGRAM_HEAD = SMOLLM2_HEADS["gru"], SMOLLM2_HEADS["ngram"]  # trained; counted
 QWEN3_HEAD = UPLOAD_DIR / "qwen3-dels-head"
-CODE_ADAPTER = UPLOAD_DIR / "smollm2-dels-head-code-lora"  # a PEFT adapter over SMOLLM2_HEAD
-SMOLLM2_NGRAM_HEAD = UPLOAD_DIR / "smollm2-ngram-head"  # counted heads (scripts/fit_ngram_head.py)
+CODE_ADAPTER = UPLOAD_DIR / "smollm2-dels-head-code-lora"  # a PEFT adapter over SMOLLM2_GRU_HEAD
 QWEN3_NGRAM_HEAD = UPLOAD_DIR / "qwen3-ngram-head"
 QWEN35_NGRAM_HEAD = UPLOAD_DIR / "qwen3.5-ngram-head"
 BUDGETS = {
     **{path: 25 * MEGABYTE for path in SMOLLM2_DRAFTERS.values()},
-    SMOLLM2_HEAD: 15 * MEGABYTE,
+    SMOLLM2_GRU_HEAD: 15 * MEGABYTE,
     QWEN3_HEAD: 50 * MEGABYTE,
     CODE_ADAPTER: 15 * MEGABYTE,
     SMOLLM2_NGRAM_HEAD: 64 * MEGABYTE,  # the issue's budget per head repo
     QWEN3_NGRAM_HEAD: 64 * MEGABYTE,
     QWEN35_NGRAM_HEAD: 64 * MEGABYTE,
 }
-KINDS = {SMOLLM2_HEAD: "head", QWEN3_HEAD: "head", CODE_ADAPTER: "adapter", SMOLLM2_NGRAM_HEAD: "head",
+KINDS = {SMOLLM2_GRU_HEAD: "head", QWEN3_HEAD: "head", CODE_ADAPTER: "adapter", SMOLLM2_NGRAM_HEAD: "head",
          QWEN3_NGRAM_HEAD: "head", QWEN35_NGRAM_HEAD: "head"}
 STAGED = [path for path in BUDGETS if path.is_dir()]
 
@@ -54,7 +54,7 @@ def test_staged_repo_is_publishable_and_within_budget(repo, elsewhere):
         assert json.loads((repo / "config.json").read_text())["dtype"] == "bfloat16"
 
 
-@pytest.mark.parametrize("location", [SMOLLM2_HEAD, SMOLLM2_NGRAM_HEAD], ids=lambda path: path.name)
+@pytest.mark.parametrize("location", [SMOLLM2_GRU_HEAD, SMOLLM2_NGRAM_HEAD], ids=lambda path: path.name)
 def test_staged_head_pairs_with_the_smollm2_tokenizer_and_every_staged_drafter(location):
     if not location.is_dir():
         pytest.skip("no head staged")
@@ -69,7 +69,7 @@ def test_staged_head_pairs_with_the_smollm2_tokenizer_and_every_staged_drafter(l
             assert drafter.config.vocab_size == len(tokenizer)
 
 
-@pytest.mark.parametrize("head", [SMOLLM2_HEAD, QWEN3_HEAD], ids=lambda path: path.name)
+@pytest.mark.parametrize("head", [SMOLLM2_GRU_HEAD, QWEN3_HEAD], ids=lambda path: path.name)
 def test_staged_head_ships_the_package_remote_code(head):
     """The head repo carries its modeling/config files for ``trust_remote_code`` users without dels_hub; they
     must be the package's own, not a drifted copy."""
@@ -125,6 +125,6 @@ def test_staged_adapter_is_its_base_head_adapted(elsewhere):
     """head=ADAPTER loads the base head named in adapter_config.json and merges the code LoRA into it."""
     if not CODE_ADAPTER.is_dir():
         pytest.skip("not staged")
-    base, adapted = load_head(str(SMOLLM2_HEAD)), load_head(str(CODE_ADAPTER))
+    base, adapted = load_head(str(SMOLLM2_GRU_HEAD)), load_head(str(CODE_ADAPTER))
     assert adapted.config.tokenizer_fingerprint == base.config.tokenizer_fingerprint
     assert not torch.equal(adapted.output_proj.weight, base.output_proj.weight)  # the LoRA moved the output
