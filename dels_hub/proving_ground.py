@@ -27,7 +27,7 @@ SMOLLM2_DRAFTERS = {
 SMOLLM2_DFLASH = SMOLLM2_DRAFTERS["plain"]  # the demo's drafter: DeLS tau 1.32 vs 1.31 on HumanEval (a tie)
 # Two staged heads: one counted (a 4-gram model that reads 2 committed tokens before each block) and one trained
 # (a GRU; the train-head recipe's output and the code adapter's base). The demo fuses the counted one: held-out top-1
-# 27.8% against 12.7%, and DeLS tau +10.9% (HumanEval) and +11.9% (ShareGPT) over DFlash (results/smollm2/trees/).
+# 27.8% against 12.7%, and DeLS tau +12.2% (HumanEval) and +14.0% (ShareGPT) over DFlash (replay-*-tuned.json).
 SMOLLM2_HEADS = {
     "ngram": UPLOAD_DIR / "smollm2-ngram-head",
     "gru": UPLOAD_DIR / "smollm2-dels-head",
