@@ -119,11 +119,30 @@ class CopyChain:
 
     def branch_candidates(self, matches: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """``candidate()`` of each branch of a token tree, from its own matches ``[B, F, T]``: ``[B, F]`` each."""
+        copied, length = self.branch_copies(matches)
+        return copied, self.weights[length]
+
+    def branch_copies(self, matches: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """Each branch's copied token and the length of the match it was copied at (0: no match; the token is then
+        meaningless), from its matches ``[B, F, T]``: ``[B, F]`` each."""
         size = self.tokens.shape[1]
         # gather with index tensors, never x[0-dim tensor]: on CUDA a 0-dim index is read on the host (a sync).
         best = (matches * size + self.positions).argmax(-1)  # [B, F]
         copied = self.tokens.gather(1, (best + 1).clamp(max=size - 1))
-        return copied, self.weights[matches.gather(2, best.unsqueeze(-1)).squeeze(-1)]
+        return copied, matches.gather(2, best.unsqueeze(-1)).squeeze(-1)
+
+    def continuation(self, k: int, drafts: torch.Tensor) -> torch.Tensor:
+        """The copy expert's block on its own, as prompt lookup drafts: at each of ``k`` slots the copied token,
+        written to ``drafts [B, k]``, and the chain grown by it. Returns the match length each was copied at
+        ``[B, k]`` (0 from the first slot without a match on: what follows is not worth verifying)."""
+        lengths = []
+        for slot in range(k):
+            copied, length = self.branch_copies(self.matches.unsqueeze(1))
+            drafts[:, slot] = copied[:, 0]
+            lengths.append(length[:, 0])
+            self.extend(copied[:, 0])
+        lengths = torch.stack(lengths, dim=1)
+        return lengths * (lengths > 0).long().cumprod(dim=1)
 
     def unprune(self, dflash_logits: torch.Tensor, candidate: tuple[torch.Tensor, torch.Tensor]) -> torch.Tensor:
         """``dflash_logits [B, V]`` with each row's voted candidate scored by its full LM head row where a pruned

@@ -249,6 +249,27 @@ def test_negative_control_biased_verifier_is_detected(small, monkeypatch, draft_
     assert chi_square_pvalue(counts, expected, samples) < 1e-6
 
 
+@pytest.mark.parametrize("biased", [False, True], ids=["exact", "negative-control"])
+def test_copy_blocks_at_t_above_0_keep_the_target_distribution(small, monkeypatch, biased):
+    """Copy blocks (the copy expert's continuation, no drafter) under top-token matching: the target's distribution.
+    Negative control: a matcher that keeps every copied draft leans to the copies, and the test sees it."""
+    target = small["qwen3"]
+    never_drafts = CostModel(key={}, verify_ms=[1.0] * 4, draft_ms=1e6, refine=False)
+    generator = DeLSGenerator(target, make_dflash(4, SMALL_VOCAB - 1, vocab=SMALL_VOCAB), small["head"],
+                              small["tokenizer"], copy_ngram=2, policy=CostAware(never_drafts))
+    if biased:
+        monkeypatch.setattr("dels_hub.generation.decode.verify_match", accept_every_top_draft)
+    phrase = small_prompts(count=1, length=3, seed=11)[0]
+    input_ids, samples = phrase.repeat(1, 3)[:, :8], 2500
+    expected = exact_distribution(target, input_ids, Warping(0.7, 4, 1.0), 3)
+    out = generator.generate(input_ids, max_new_tokens=3, do_sample=True, temperature=0.7, top_k=4,
+                             return_dict_in_generate=True)
+    assert out.policy_summary["copy_blocks"] >= 1 and out.policy_summary["drafted_blocks"] == 0
+    counts = sampled_counts(generator, input_ids, samples, 3, temperature=0.7, top_k=4, top_p=1.0)
+    pvalue = chi_square_pvalue(counts, expected, samples)
+    assert pvalue < 1e-6 if biased else pvalue > 1e-3
+
+
 def test_seeded_sampling_is_reproducible(small):
     generator = DeLSGenerator(small["qwen3"], make_dflash(8, SMALL_VOCAB - 1, vocab=SMALL_VOCAB), small["head"],
                               small["tokenizer"], copy_ngram=2)

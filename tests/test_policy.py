@@ -252,3 +252,99 @@ def test_pooled_summaries_add_their_sums_and_recompute_the_rates():
     assert total["predicted_tokens_per_ms"] == pytest.approx(6.0 / 60.0)
     assert total["measured_tokens_per_ms"] == pytest.approx(7.0 / 70.0)
     assert pooled([None]) is None
+
+
+# ---- copy blocks: the copy expert's own continuation, verified without a drafter forward -----------------------
+
+
+def repeating_prompts(count=1, period=3, length=8):
+    """Prompts that repeat a short random phrase, so the copy expert matches at the anchor from the first block."""
+    phrases = small_prompts(count=count, length=period, seed=11)
+    return [phrase.repeat(1, -(-length // period))[:, :length] for phrase in phrases]
+
+
+def never_drafts(verify_ms=1.0) -> CostAware:
+    """A cost table on which the drafter can never pay (its forward is ruinous) and verifying is cheap: blocks are
+    copy blocks where the copy expert matches at the anchor, plain steps elsewhere."""
+    return CostAware(cost([verify_ms] * BLOCK, draft_ms=1e6))
+
+
+def test_the_copy_continuation_follows_the_longest_most_recent_match():
+    from dels_hub.copy_expert import CopySettings, CopyChain
+
+    weights = CopySettings(max_ngram=4).weights()
+    tokens = torch.tensor([[1, 2, 3, 4, 1, 2, 0, 0, 0]])
+    drafts = torch.zeros((1, 3), dtype=torch.long)
+    lengths = CopyChain(tokens, torch.tensor([5]), weights).continuation(3, drafts)
+    assert drafts.tolist() == [[3, 4, 1]] and lengths.tolist() == [[2, 3, 4]]
+    # Nothing to copy after the anchor's token: no match from the first slot on, whatever the chain picks up later.
+    tokens = torch.tensor([[1, 2, 3, 4, 5, 0, 0, 0]])
+    lengths = CopyChain(tokens, torch.tensor([4]), weights).continuation(3, drafts)
+    assert lengths.tolist() == [[0, 0, 0]]
+
+
+def test_copy_blocks_go_first_where_the_copy_expert_matches_and_compete_with_drafting():
+    policy = CostAware(cost([10.0] * BLOCK, draft_ms=10.0))
+    assert policy.block_kind([0], can_copy=True) == "drafted"  # no match: nothing to copy, an untried drafter
+    assert policy.block_kind([3], can_copy=True) == "copied"  # an untried copy block first: the cheap one
+    assert policy.block_kind([3], can_copy=False) == "drafted"  # sampled drafts: no copy blocks
+    copy_plan = policy.copy_plan([[3, 4, 4, 4, 0, 0, 0]], BLOCK, 1)
+    assert copy_plan.copied and not copy_plan.drafted and copy_plan.width == 5  # up to the last copied draft
+    policy.observe(copy_plan, [5], [True], 10.0, [3])
+    assert policy.block_kind([3], can_copy=True) == "drafted"  # an untried drafter in this bucket
+    policy.observe(policy.plan([[0.1] * (BLOCK - 1)], BLOCK, 1), [1], [True], 20.0, [3])
+    # Drafting lost to copying: copy blocks, with a drafted probe after 2, 4, 8, ... of them.
+    kinds = []
+    for _ in range(40):
+        kinds.append(policy.block_kind([3], can_copy=True))
+        if kinds[-1] == "copied":
+            policy.observe(policy.copy_plan([[3, 4, 4, 4, 0, 0, 0]], BLOCK, 1), [5], [True], 10.0, [3])
+        else:
+            policy.observe(policy.plan([[0.1] * (BLOCK - 1)], BLOCK, 1), [1], [True], 20.0, [3])
+    probes = [i for i, kind in enumerate(kinds) if kind == "drafted"]
+    assert "plain" not in kinds and 2 <= len(probes) <= 5
+    assert all(b - a > 2 for a, b in zip(probes[1:], probes[2:]))  # less and less often
+    # A verify that costs more per token: where copies at a match of 1 were never accepted, a copy block of them
+    # verifies the anchor alone; long matches that were accepted are verified.
+    rising = CostAware(cost([10.0 + 2 * w for w in range(BLOCK)], draft_ms=10.0))
+    for _ in range(30):
+        rising.copy_acceptance.update(1, False)
+        rising.copy_acceptance.update(4, True)
+    assert rising.copy_plan([[1] * (BLOCK - 1)], BLOCK, 1).width == 1
+    assert rising.copy_plan([[4] * (BLOCK - 1)], BLOCK, 1).width == BLOCK
+
+
+@pytest.mark.parametrize("rows", [1, 3])
+def test_copy_blocks_equal_the_target_and_never_call_the_drafter(small, rows):
+    target, drafter = small["qwen3"], make_dflash(BLOCK, SMALL_VOCAB - 1, vocab=SMALL_VOCAB)
+    generator = DeLSGenerator(target, drafter, small["head"], small["tokenizer"], copy_ngram=3,
+                              policy=never_drafts())
+    calls = DraftCalls(drafter)
+    input_ids = torch.cat(repeating_prompts(count=rows))
+    out = generator.generate(input_ids, max_new_tokens=30, do_sample=False, return_dict_in_generate=True)
+    summary = out.policy_summary
+    assert calls.calls == 0 and summary["drafted_blocks"] == 0 and summary["copy_blocks"] >= rows
+    assert summary["tau_copied"] > 1.0  # some copied drafts were accepted
+    for row in range(rows):
+        assert torch.equal(out.sequences[row : row + 1],
+                           target.generate(input_ids[row : row + 1], max_new_tokens=30, do_sample=False))
+
+
+@pytest.mark.parametrize("rows", [1, 3])
+def test_after_copy_blocks_the_drafter_reads_every_context_position_once(small, rows):
+    """Copy blocks commit several tokens without the drafter: when it drafts again it must read each committed
+    position once, in order, and no rejected one (eager path for one row, padded for a batch)."""
+    target, drafter = small["qwen3"], make_dflash(BLOCK, SMALL_VOCAB - 1, vocab=SMALL_VOCAB)
+    policy = CostAware(cost([10.0] * BLOCK, draft_ms=12.0))  # drafting loses unless nearly every draft lands
+    generator = DeLSGenerator(target, drafter, None, small["tokenizer"], copy_ngram=2, policy=policy)
+    calls = DraftCalls(drafter)
+    input_ids = torch.cat(repeating_prompts(count=rows))
+    out = generator.generate(input_ids, max_new_tokens=60, do_sample=False, return_dict_in_generate=True)
+    summary = out.policy_summary
+    assert summary["copy_blocks"] > 0 and summary["drafted_blocks"] >= 2 * rows
+    for row in range(rows):
+        seen = [position for call in calls.context for position in call[row]]
+        assert seen == list(range(len(seen)))  # every position once, in order, none skipped
+        assert len(seen) > input_ids.shape[1]
+        assert torch.equal(out.sequences[row : row + 1],
+                           target.generate(input_ids[row : row + 1], max_new_tokens=60, do_sample=False))

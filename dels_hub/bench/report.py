@@ -141,19 +141,23 @@ def markdown_table(results: dict) -> str:
 
 def policy_table(rows: list[dict]) -> list[str]:
     """What each speculative row's draft policy chose, pooled over prompts: the share of row-blocks that verified
-    d drafts (0: a plain step, or a draft not worth verifying), and the tokens per millisecond the cost model
+    d drafts (0: a plain step, or a draft not worth verifying), how many blocks were plain, copy and drafted blocks
+    and what each of the latter committed, and the tokens per millisecond the cost model
     predicted against those the loop measured (close when it is calibrated)."""
     chosen = [row for row in rows if row.get("policy") and row["kind"] in ("dflash", "dels")]
     if not chosen:
         return []
-    lines = ["", "| Row | policy | drafts verified: share of row-blocks | plain / drafted | tau (drafted) | "
-                 "predicted tok/ms | measured tok/ms |", "|---|---|---|---|---|---|---|"]
+    lines = ["", "| Row | policy | drafts verified: share of row-blocks | plain / copied / drafted | "
+                 "tau (copied) | tau (drafted) | predicted tok/ms | measured tok/ms |",
+             "|---|---|---|---|---|---|---|---|"]
     for row in chosen:
         policy = row["policy"]
         total = sum(policy["chosen_drafts"].values()) or 1
         shares = " ".join(f"{d}:{n / total:.0%}" for d, n in policy["chosen_drafts"].items())
+        # copy blocks: results from before they existed have none
         lines.append(f"| {row['name']} | {policy['policy']} | {shares} | {policy['plain_blocks']} / "
-                     f"{policy['drafted_blocks']} | {_fmt(policy['tau_drafted'], '{:.2f}')} | "
+                     f"{policy.get('copy_blocks', 0)} / {policy['drafted_blocks']} | "
+                     f"{_fmt(policy.get('tau_copied'), '{:.2f}')} | {_fmt(policy['tau_drafted'], '{:.2f}')} | "
                      f"{_fmt(policy['predicted_tokens_per_ms'], '{:.4f}')} | "
                      f"{_fmt(policy['measured_tokens_per_ms'], '{:.4f}')} |")
     return lines

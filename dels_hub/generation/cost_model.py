@@ -2,12 +2,13 @@
 under a key of everything that changes it, and refined online from the loop's own block timings.
 
 The cost-aware policy (``policy.py``) divides expected committed tokens by these costs. A block that drafts costs
-``draft_ms + verify_ms[w - 1]``; a plain step (no draft) costs ``verify_ms[0]``. The verify cost need not be monotone
+``draft_ms + verify_ms[w - 1]``; a plain step (no draft) costs ``verify_ms[0]``; a copy block (the copy expert's
+own continuation, no drafter forward) costs ``verify_ms[w - 1]``. The verify cost need not be monotone
 in w (a CPU's GEMM may take a slower path for a few rows than for more), so every width is measured, not fitted.
 
 Online refinement: the loop times each block between its host syncs (no extra sync), and each kind of block (plain,
-drafted) keeps a running ratio of measured to calibrated time, so a cost table taken at another context length, or
-on a busier machine, converges to what the loop actually sees.
+drafted, copied) keeps a running ratio of measured to calibrated time, so a cost table taken at another context
+length, or on a busier machine, converges to what the loop actually sees.
 """
 
 import hashlib
@@ -33,6 +34,9 @@ REFINE_RATE = 0.1  # weight of one block's timing in the running measured/calibr
 # One block's measured/calibrated ratio is clipped to this range before it is folded in: a stall (another process,
 # a page fault, a compile) says little about the next block, and must not switch drafting off on its own.
 RATIO_RANGE = (0.5, 2.0)
+# A block verifies the anchor alone ("plain"), drafts with the drafter ("drafted"), or verifies the copy expert's own
+# continuation ("copied").
+BLOCK_KINDS = ("plain", "drafted", "copied")
 COST_MODEL_VERSION = 2  # bump when what is measured changes: old cache files are then ignored
 
 
@@ -50,17 +54,17 @@ class CostModel:
         key: what the costs were measured for (``calibration_key``).
         verify_ms: ``[block_size]``: ``verify_ms[w - 1]`` is one target forward over w tokens per row.
         draft_ms: one draft: the drafter's forward, the LM head rows, the head, the fusion and the copy expert.
-        plain_scale, draft_scale: running measured/calibrated ratios of plain and drafted blocks (start at 1).
+        scale: running measured/calibrated ratio of each kind of block, "plain", "drafted" and "copied" (start at
+            1).
         refine: whether blocks' timings update those ratios (False keeps a table as given).
     """
 
     key: dict
     verify_ms: list[float]
     draft_ms: float
-    plain_scale: float = 1.0
-    draft_scale: float = 1.0
+    scale: dict = field(default_factory=lambda: dict.fromkeys(BLOCK_KINDS, 1.0))
     refine: bool = True
-    observed: dict = field(default_factory=lambda: {"plain": 0, "drafted": 0})
+    observed: dict = field(default_factory=lambda: dict.fromkeys(BLOCK_KINDS, 0))
 
     @property
     def block_size(self) -> int:
@@ -68,23 +72,25 @@ class CostModel:
 
     def plain_ms(self) -> float:
         """A plain decoding step: a verify of the anchor alone, no draft."""
-        return self.verify_ms[0] * self.plain_scale
+        return self.verify_ms[0] * self.scale["plain"]
 
     def drafted_ms(self, width: int) -> float:
         """A block that drafts and verifies ``width`` tokens (the anchor and ``width - 1`` drafts)."""
-        return (self.draft_ms + self.verify_ms[width - 1]) * self.draft_scale
+        return (self.draft_ms + self.verify_ms[width - 1]) * self.scale["drafted"]
 
-    def observe(self, drafted: bool, width: int, measured_ms: float) -> None:
-        """Fold one block's measured time into the running ratio of its kind."""
-        self.observed["drafted" if drafted else "plain"] += 1
+    def copied_ms(self, width: int) -> float:
+        """A copy block that verifies ``width`` tokens: the copy expert's drafts cost no forward of their own."""
+        return self.verify_ms[width - 1] * self.scale["copied"]
+
+    def observe(self, kind: str, width: int, measured_ms: float) -> None:
+        """Fold one block's measured time into the running ratio of its ``kind`` ("plain", "drafted", "copied")."""
+        self.observed[kind] += 1
         if not self.refine:
             return
-        calibrated = self.draft_ms + self.verify_ms[width - 1] if drafted else self.verify_ms[0]
+        calibrated = {"plain": self.verify_ms[0], "drafted": self.draft_ms + self.verify_ms[width - 1],
+                      "copied": self.verify_ms[width - 1]}[kind]
         ratio = min(max(measured_ms / calibrated, RATIO_RANGE[0]), RATIO_RANGE[1])
-        if drafted:
-            self.draft_scale += REFINE_RATE * (ratio - self.draft_scale)
-        else:
-            self.plain_scale += REFINE_RATE * (ratio - self.plain_scale)
+        self.scale[kind] += REFINE_RATE * (ratio - self.scale[kind])
 
     def to_json(self) -> dict:
         return {"version": COST_MODEL_VERSION, "key": self.key, "verify_ms": self.verify_ms,

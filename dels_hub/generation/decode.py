@@ -28,8 +28,10 @@ the slots of its positions, is committed exactly as a chain's accepted drafts ar
 Each block makes one device-to-host transfer after its verify: every row's committed count and stop, packed together
 (the tokens are committed on the device, so the cost-aware policy's copy signal can travel with them). Under the
 cost-aware policy (``policy.py``) a block that drafts greedy or top-token drafts makes one more, of the drafts'
-confidences ``[B, k]``: the width of the verify depends on them. A block the policy does not draft is a plain step:
-a verify of the anchor alone, and the drafter reads the context it missed the next time it drafts.
+confidences ``[B, k]``: the width of the verify depends on them. A block the policy does not draft is a plain step
+(a verify of the anchor alone) or a copy block (the copy expert's own continuation verified as drafts, one more
+transfer: the match lengths it was copied at, which the width depends on); the drafter reads the rows it missed the
+next time it drafts.
 """
 
 import time
@@ -37,7 +39,7 @@ import time
 import torch
 
 from ..compat import cache_kwarg_name, synchronize
-from ..copy_expert import longest_matches
+from ..copy_expert import CopyChain, longest_matches
 from ..errors import UnsupportedInputError
 from ..sampling import Warping, choose, keyed_sample, warp_probs
 from ..verify import committed, to_host, verify_block, verify_match
@@ -45,7 +47,7 @@ from .decode_state import FAST_ATTENTION, DecodeState, PaddedDraft, realigned
 from .drafting import context_features, propose
 from .graph_steps import Drafting, compiled, draft_step, eager_hidden, graph_warping, static, verify_step
 from .output import DecodeResult
-from .policy import FixedBlocks, PolicyStats
+from .policy import COPIED, DRAFTED, PLAIN, FixedBlocks, PolicyStats
 from .settings import DecodeSettings
 from .tree_block import check_tree_decoding, draft_tree, verify_tree_block
 
@@ -114,8 +116,11 @@ def speculative_decode(
                         graph_warping(draft_warping, device) if graph_draft else draft_warping, head,
                         head.log_prior().to(device) if head is not None else None, settings.alpha, settings.beta,
                         settings.copy_weights, confidence=width_from_drafts)
-    # The cost-aware policy reads each row's copy match at its anchor, with the copy expert on.
+    # The cost-aware policy reads each row's copy match at its anchor, with the copy expert on; it may then verify
+    # the copy expert's own continuation instead of drafting (a copy block), unless drafts are sampled (rejection
+    # sampling needs the q the drafts were drawn from).
     copy_signal = policy.needs_confidence and settings.copy_weights is not None and k > 0
+    copy_blocks = copy_signal and not sampled_drafts
 
     # 0. Allocate once.
     length_at = torch.tensor(lengths, device=device) if padding else torch.full((batch,), width, device=device)
@@ -148,7 +153,9 @@ def speculative_decode(
     features = context_features(hidden_states, layer_ids) if k > 0 else None  # what the drafter reads next
     if padding and k > 0:  # realigned like the tokens: each row's real features first
         features = realigned(features, length_at)
-    plain_steps: list[tuple[torch.Tensor, torch.Tensor]] = []  # each plain step's features and positions since
+    # The rows the drafter has not read, since it last drafted: each plain step's and copy block's features,
+    # positions and which of them were committed.
+    unread: list[tuple[torch.Tensor, torch.Tensor, torch.Tensor]] = []
     if compile:  # the graphs write into these buffers in place: their addresses are part of the graph
         for buffer in state.target_cache.keys + state.target_cache.values:
             static(buffer)
@@ -180,7 +187,7 @@ def speculative_decode(
             if not keep:
                 break
             kept = torch.tensor(keep, device=device)
-            features = joined(features, plain_steps, state.padded)
+            features = joined(features, unread, state.padded)
             state.keep_rows(kept)
             features, row_ids = None if features is None else features[keep], row_ids[kept]
             rows, starts, done = [rows[i] for i in keep], [starts[i] for i in keep], [False] * len(keep)
@@ -189,13 +196,15 @@ def speculative_decode(
         block = state.output.gather(1, block_positions)  # [anchor, MASK...]: nothing is written past an anchor
         state.verify_ids[:, 0] = block[:, 0]
         q, confidence, grown, path = None, None, None, None
+        kind = policy.block_kind(match_lengths, copy_blocks) if k > 0 else PLAIN
         if compile and device.type == "cuda":
             torch.compiler.cudagraph_mark_step_begin()  # the previous block's graph outputs are no longer read
-        # 2. Draft, or not: one DFlash forward over the new context and the block, then the head over the block.
-        drafted = k > 0 and policy.draft_now(match_lengths)
+        # 2. Draft, or not: one DFlash forward over the new context and the block, then the head over the block; or
+        # the copy expert's own continuation (a copy block); or nothing (a plain step).
+        drafted = kind == DRAFTED
         prompt_draft = drafted and first_block  # it reads the whole prompt: a time no later block repeats
         if drafted:
-            features = joined(features, plain_steps, state.padded)
+            features = joined(features, unread, state.padded)
             if tree is not None and policy.tree_now(tree):
                 grown = draft_tree(state, drafting, features, block, block_positions, starts[0], tree)
             elif state.padded is not None:
@@ -212,6 +221,9 @@ def speculative_decode(
             else:
                 plan = policy.plan(to_host(confidence) if width_from_drafts else None, k + 1, len(rows),
                                    call_tree=tree)
+        elif kind == COPIED:
+            copied_at = CopyChain(state.output, state.start_at, settings.copy_weights).continuation(k, state.drafts)
+            plan = policy.copy_plan(to_host(copied_at), k + 1, len(rows))
         else:
             plan = policy.plain(len(rows))
         width_now = plan.width
@@ -252,13 +264,17 @@ def speculative_decode(
             streamer.put(tokens[0, : counts[0]].cpu())
 
         # 5. Only the anchor and the accepted drafts become context; the new anchor (bonus) is not in the cache.
-        # A plain step's row waits in plain_steps: the drafter catches up the next time it drafts.
+        # A plain step's or copy block's rows wait in unread: the drafter catches up the next time it drafts.
         if k > 0:
             new_features = context_features(hidden_states, layer_ids)
             if path is not None:  # the tree's accepted path, from the anchor: the rows a chain would have kept
                 new_features = new_features.gather(1, path.unsqueeze(-1).expand(-1, -1, new_features.shape[-1]))
             if not drafted:
-                plain_steps.append((new_features[:, :1], block_positions[:, :1]))
+                # One row: its committed rows alone (eager drafting reads every row it is given). Padded: all the
+                # verified rows, those not committed marked padding.
+                kept = counts[0] if state.padded is None else width_now
+                unread.append((new_features[:, :kept], block_positions[:, :kept],
+                               index[:kept] < n_commit.unsqueeze(1)))
             elif state.padded is not None:
                 features = padded_context(state.padded, new_features, block_positions, n_commit, state.block_index)
             else:
@@ -299,18 +315,18 @@ def width_may_follow_drafts(sampled_drafts: bool) -> bool:
     return not sampled_drafts
 
 
-def joined(features, plain_steps: list, padded: PaddedDraft | None):
-    """The drafter's whole pending context: ``features`` (the last drafted block's rows), then one row per plain step
-    since, whose list is emptied. A padded draft's positions and mask grow with it. Plain steps only append, so a
-    long run of them costs one concatenation, not one per step."""
-    if not plain_steps:
+def joined(features, unread: list, padded: PaddedDraft | None):
+    """The drafter's whole pending context: ``features`` (the last drafted block's rows), then the rows of each plain
+    step and copy block since (``unread``: ``(features, positions, committed)`` of each, emptied here). A padded
+    draft's positions and mask grow with it, its uncommitted rows marked padding. Plain steps only append, so a long
+    run of them costs one concatenation, not one per step."""
+    if not unread:
         return features
-    steps_features, steps_positions = zip(*plain_steps)
-    plain_steps.clear()
+    steps_features, steps_positions, steps_real = zip(*unread)
+    unread.clear()
     if padded is not None:
         padded.context_positions = torch.cat([padded.context_positions, *steps_positions], dim=1)
-        real = padded.context_real
-        padded.context_real = torch.cat([real, real.new_ones((real.shape[0], len(steps_positions)))], dim=1)
+        padded.context_real = torch.cat([padded.context_real, *steps_real], dim=1)
     return torch.cat([features, *steps_features], dim=1)
 
 

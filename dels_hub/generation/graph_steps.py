@@ -98,13 +98,13 @@ def draft_hidden(drafting: Drafting, features, context_positions, context_real, 
     Args:
         features, context_positions: ``[B, C, F*H]`` target features of the context not yet cached, at
             positions ``[B, C]``; ``context_real [B, C]`` (bool, on the device) is False on padding rows (a rejected
-            draft's, a padded prompt's), which only ever sit among the first ``cache``'s spare slots' count of rows.
+            draft's, a padded prompt's, a copy block's).
         block, block_positions: ``[B, bs]`` the blocks ``[anchor, MASK...]`` and their positions.
-        cache: the drafter's ``StaticSlotCache``, whose top slots lie past every position: padding row i goes to
-            slot ``slots - 1 - i``.
+        cache: the drafter's ``StaticSlotCache``, whose top ``bs`` (at least) slots lie past every position: padding
+            row i goes to slot ``slots - 1 - i % bs``. No mask reaches them, so rows that share one lose nothing.
     """
     drafter = drafting.drafter
-    rows = torch.arange(features.shape[1], device=features.device)
+    rows = torch.arange(features.shape[1], device=features.device) % block_positions.shape[1]
     # Slot == position for real rows; padding goes to the top slots, which the mask below never shows.
     context_slots = torch.where(context_real, context_positions, cache.max_len - 1 - rows)
     cache.write_positions = torch.cat([context_slots, block_positions], dim=1)

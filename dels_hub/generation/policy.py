@@ -8,6 +8,14 @@ plain decoding among its choices, so that speculation that does not pay switches
   committed per millisecond lately, kept apart by the copy expert's match length at the anchor (a match is the
   strongest sign that the next tokens are predictable, and it costs nothing to read). When drafting has been losing
   it decodes plainly, and probes again after 2, 4, 8, ... plain steps (at most ``MAX_PROBE_INTERVAL``).
+* **Copy blocks.** Where the copy expert matches at the anchor (and drafts are not sampled), the rival of a drafted
+  block is a *copy block* instead of a plain step: the copy expert's own continuation verified as drafts, as prompt
+  lookup does, with no drafter forward. Where text repeats, the fused drafts mostly are that continuation anyway
+  (the copy vote outweighs the other experts), so the drafter's forward buys little there and costs a third of the
+  block on a CPU. Which of the two pays is measured per match length, like drafting against plain steps: an untried
+  copy block goes first (it is the cheap one), the loser is probed again after 2, 4, 8, ... blocks. A copy block
+  verifies the d copied drafts that maximise expected tokens per ``cost.copied_ms``, d = 0 (a plain step) included,
+  each draft's acceptance read from the match length it was copied at (``CopyAcceptance``, learned online).
 * **After drafting** it verifies the d in 0..k drafts that maximises
 
       (1 + sum_{i <= d} prod_{j <= i} a_j) / (draft_ms + verify_ms[d])      (verify_ms[w - 1]: a verify of w tokens)
@@ -29,7 +37,8 @@ plain decoding among its choices, so that speculation that does not pay switches
   target's own choice whatever is verified.
 
 Both are host decisions on small host lists; the loop hands them what it transferred anyway, plus the drafts'
-confidences (one ``[B, k]`` transfer per drafted block, which the verify's width must wait for).
+confidences (one ``[B, k]`` transfer per drafted block, which the verify's width must wait for) or a copy block's
+match lengths (likewise).
 """
 
 from collections import Counter
@@ -42,6 +51,8 @@ CONFIDENCE_BINS = 20
 PRIOR_WEIGHT = 2.0  # pseudo-observations at the raw confidence, per bin, before any acceptance is seen
 VALUE_RATE = 0.25  # weight of one drafted block in its bucket's running tokens and milliseconds
 MAX_PROBE_INTERVAL = 64  # plain steps between probes at most: a drafter that never pays costs under 2% this way
+MAX_COPY_LENGTH_BINS = 16  # copy blocks' acceptance is kept per match length up to this
+PLAIN, DRAFTED, COPIED = "plain", "drafted", "copied"  # the kinds of block (``cost_model.BLOCK_KINDS``)
 
 
 @dataclass
@@ -61,15 +72,47 @@ class AcceptanceCalibration:
     def bin(self, confidence: float) -> int:
         return min(max(int(confidence * self.bins), 0), self.bins - 1)
 
+    def prior(self, b: int) -> float:
+        return (b + 0.5) / self.bins  # the bin's centre
+
     def __call__(self, confidence: float) -> float:
         b = self.bin(confidence)
-        centre = (b + 0.5) / self.bins
-        return (self.accepted[b] + PRIOR_WEIGHT * centre) / (self.seen[b] + PRIOR_WEIGHT)
+        return (self.accepted[b] + PRIOR_WEIGHT * self.prior(b)) / (self.seen[b] + PRIOR_WEIGHT)
 
     def update(self, confidence: float, accepted: bool) -> None:
         b = self.bin(confidence)
         self.seen[b] += 1
         self.accepted[b] += accepted
+
+
+class CopyAcceptance(AcceptanceCalibration):
+    """P(copied draft accepted | drafts before it accepted) by the match length m it was copied at (one bin per m,
+    the last one for every longer match), from a prior of m / (m + 1) (no match: never) and what the verifier did."""
+
+    def __init__(self, bins: int = MAX_COPY_LENGTH_BINS):
+        super().__init__(bins)
+
+    def bin(self, length: int) -> int:
+        return min(max(int(length), 0), self.bins - 1)
+
+    def prior(self, b: int) -> float:
+        return b / (b + 1)
+
+
+def learn_acceptance(calibration: AcceptanceCalibration, plan: "BlockPlan", counts: list[int],
+                     complete: list[bool]) -> None:
+    """Fold one block's verified drafts into ``calibration``: each row's drafts up to its first rejection, by the
+    confidence (or match length) the plan chose them at. Rows cut by a stop token or their budget say nothing."""
+    if plan.confidence is None:
+        return
+    for row, (count, whole) in enumerate(zip(counts, complete)):
+        if not whole:
+            continue
+        accepted = count - 1
+        for j, c in enumerate(plan.confidence[row][: plan.width - 1]):
+            calibration.update(c, j < accepted)
+            if j >= accepted:
+                break
 
 
 def expected_tokens(acceptance: list[float]) -> list[float]:
@@ -81,20 +124,32 @@ def expected_tokens(acceptance: list[float]) -> list[float]:
     return expected
 
 
+def best_width(expected: list[list[float]], block_ms, widths: tuple[int, ...]) -> tuple[float, int]:
+    """``(rate, width)``: the verify width among ``widths`` that maximises the rows' expected tokens together
+    (``expected[b][w - 1]``) per ``block_ms(w)``; a tie goes to the narrower (drafts that add nothing are not worth
+    their compute)."""
+    return max(((sum(e[w - 1] for e in expected) / block_ms(w), w) for w in widths), key=lambda c: (c[0], -c[1]))
+
+
 @dataclass
 class BlockPlan:
     """What the policy chose for one block: ``width`` tokens per row are verified (1: the anchor alone),
-    ``drafted`` whether the drafter ran, for how many ``rows``, and the tokens it expects. Every row verifies
-    ``width - 1`` drafts: the rows share the forward."""
+    ``drafted`` whether the drafter ran (``copied``: the copy expert's continuation was verified instead), for how
+    many ``rows``, and the tokens it expects. Every row verifies ``width - 1`` drafts: the rows share the forward."""
 
     drafted: bool
     width: int
     rows: int
     expected: float | None  # committed tokens the policy expects from the block, summed over rows (None: no model)
     predicted_ms: float
-    confidence: list[list[float]] | None = None  # the drafts' confidences it chose from, [B][k]
+    confidence: list[list[float]] | None = None  # the drafts' confidences (a copy block's match lengths), [B][k]
     tree: object | None = None  # the tree's settings (``tree.TreeSettings``) when the block drafted a tree
     call_tree: object | None = None  # the call's tree settings (its blocks are trees or chains), None: chains only
+    copied: bool = False
+
+    @property
+    def kind(self) -> str:
+        return DRAFTED if self.drafted else COPIED if self.copied else PLAIN
 
     @property
     def drafts_to_verify(self) -> list[int]:
@@ -102,8 +157,8 @@ class BlockPlan:
 
 
 # The fields of ``PolicyStats`` that runs add up (its rates are recomputed from them).
-SUMMED = ("drafted_blocks", "plain_blocks", "tree_blocks", "drafted_tokens", "predicted_tokens", "predicted_ms",
-          "committed_tokens", "measured_ms")
+SUMMED = ("drafted_blocks", "plain_blocks", "tree_blocks", "copy_blocks", "drafted_tokens", "copied_tokens",
+          "predicted_tokens", "predicted_ms", "committed_tokens", "measured_ms")
 
 
 @dataclass
@@ -115,7 +170,9 @@ class PolicyStats:
     drafted_blocks: int = 0  # row-blocks: a block of a batch of B rows counts B times
     plain_blocks: int = 0
     tree_blocks: int = 0  # drafted row-blocks that were trees (their width is the tree's size, in ``chosen`` too)
+    copy_blocks: int = 0  # row-blocks that verified the copy expert's continuation (no drafter forward)
     drafted_tokens: int = 0  # committed by drafted blocks
+    copied_tokens: int = 0  # committed by copy blocks
     predicted_tokens: float = 0.0
     predicted_ms: float = 0.0
     committed_tokens: int = 0
@@ -127,6 +184,9 @@ class PolicyStats:
             self.drafted_blocks += len(counts)
             self.tree_blocks += len(counts) if plan.tree is not None else 0
             self.drafted_tokens += sum(counts)
+        elif plan.copied:
+            self.copy_blocks += len(counts)
+            self.copied_tokens += sum(counts)
         else:
             self.plain_blocks += len(counts)
         if plan.expected is not None:
@@ -142,7 +202,9 @@ class PolicyStats:
             "drafted_blocks": self.drafted_blocks,
             "plain_blocks": self.plain_blocks,
             "tree_blocks": self.tree_blocks,
+            "copy_blocks": self.copy_blocks,
             "tau_drafted": self.drafted_tokens / self.drafted_blocks if self.drafted_blocks else None,
+            "tau_copied": self.copied_tokens / self.copy_blocks if self.copy_blocks else None,
             "predicted_tokens_per_ms": self.predicted_tokens / self.predicted_ms if self.predicted_ms else None,
             "measured_tokens_per_ms": self.committed_tokens / self.measured_ms if self.measured_ms else None,
             # the sums behind the rates, so that runs can be pooled (the bench sums them over prompts)
@@ -151,6 +213,7 @@ class PolicyStats:
             "committed_tokens": self.committed_tokens,
             "measured_ms": self.measured_ms,
             "drafted_tokens": self.drafted_tokens,
+            "copied_tokens": self.copied_tokens,
         }
 
 
@@ -165,6 +228,9 @@ class FixedBlocks:
 
     def draft_now(self, match_lengths: list[int] | None) -> bool:
         return True
+
+    def block_kind(self, match_lengths: list[int] | None, can_copy: bool) -> str:
+        return DRAFTED
 
     def tree_now(self, tree) -> bool:
         return True
@@ -182,7 +248,7 @@ class FixedBlocks:
     def observe(self, plan: BlockPlan, counts: list[int], complete: list[bool], measured_ms: float,
                 match_lengths: list[int] | None, timed: bool = True) -> None:
         if self.cost is not None and timed and plan.tree is None:
-            self.cost.observe(plan.drafted, plan.width, measured_ms)
+            self.cost.observe(plan.kind, plan.width, measured_ms)
 
 
 @dataclass
@@ -213,17 +279,43 @@ class CostAware:
         # Verify widths the loop may use: all of them, or a fixed set (compiled runs: one graph each).
         self.widths = tuple(range(1, cost.block_size + 1)) if widths is None else tuple(sorted(widths))
         self.calibration = AcceptanceCalibration()
-        self.values: dict[int, DraftValue] = {}
+        self.values: dict[int, DraftValue] = {}  # drafted blocks' running value by match length at the anchor
+        self.copy_acceptance = CopyAcceptance()
+        self.copies: dict[int, DraftValue] = {}  # copy blocks' running value by match length at the anchor
+        self.copying = False  # copy blocks are offered for the current block
         self.shapes: dict = {}  # tree settings (None: the chain) -> its running tokens per measured ms
         self.hopeless_wait = 0  # plain steps since the last probe of a drafter that could not pay even at best
 
     def bucket(self, match_length: int | None) -> DraftValue:
         return self.values.setdefault(match_length or 0, DraftValue())
 
+    def copy_bucket(self, match_length: int) -> DraftValue:
+        return self.copies.setdefault(match_length, DraftValue())
+
+    def block_kind(self, match_lengths: list[int] | None, can_copy: bool) -> str:
+        """``PLAIN``, ``DRAFTED`` or ``COPIED``: what this block does. ``can_copy``: copy blocks are allowed (the
+        copy expert is on and drafts are not sampled); one is offered where some row's copy expert matches at its
+        anchor. An untried copy block goes first; then drafted and copy blocks compete as drafted blocks and plain
+        steps do (``draft_now``)."""
+        self.copying = can_copy and any(match_lengths or [])
+        if self.copying and any(not self.copy_bucket(m).blocks for m in match_lengths if m):
+            return COPIED
+        if self.draft_now(match_lengths):
+            return DRAFTED
+        return COPIED if self.copying else PLAIN
+
+    def rival_rate(self, match_length: int | None) -> float:
+        """What a drafted block must beat per row: a copy block's running rate in its bucket when copy blocks are
+        offered, else a plain step's."""
+        if self.copying and match_length:
+            return self.copy_bucket(match_length).rate() or 1.0 / self.cost.plain_ms()
+        return 1.0 / self.cost.plain_ms()
+
     def draft_now(self, match_lengths: list[int] | None) -> bool:
-        """Draft this block, or take a plain step: drafted blocks' recent tokens per millisecond in each row's
-        bucket against a plain step's; an unexplored bucket drafts, a losing one waits for its next probe. Where a
-        block could not pay even if every draft were accepted, it never drafts."""
+        """Draft this block, or not (a plain step, or a copy block where ``block_kind`` offers one): drafted blocks'
+        recent tokens per millisecond in each row's bucket against the rival's (``rival_rate``); an unexplored
+        bucket drafts, and the losing side waits for its next probe. Where a block could not pay even if every draft
+        were accepted, it never drafts."""
         plain_rate = 1.0 / self.cost.plain_ms()
         best_case = max(w / self.cost.drafted_ms(w) for w in self.widths)
         if best_case <= plain_rate:
@@ -234,17 +326,19 @@ class CostAware:
                 return False
             self.hopeless_wait = 0
             return True
-        buckets = [self.bucket(m) for m in (match_lengths or [0])]
+        lengths = match_lengths or [0]
+        buckets = [self.bucket(m) for m in lengths]
         rates = [b.rate() for b in buckets]
         if any(rate is None for rate in rates):
             return True
-        if sum(rates) >= plain_rate * len(rates):
-            return True
+        drafting_wins = sum(rates) >= sum(self.rival_rate(m) for m in lengths)
+        # The loser's buckets (rows in one bucket wait once per block) count towards its next probe.
+        losers = buckets if not drafting_wins else [self.copy_bucket(m) for m in lengths if m] if self.copying else []
         probe = False
-        for b in {id(b): b for b in buckets}.values():  # rows in one bucket wait once per block
+        for b in {id(b): b for b in losers}.values():
             b.waited += 1
             probe |= b.waited >= b.interval
-        return probe
+        return drafting_wins != probe
 
     def tree_now(self, tree) -> bool:
         """Draft this block as ``tree`` (its settings) or as a chain: whichever has committed more tokens per measured
@@ -270,9 +364,17 @@ class CostAware:
         if confidence is None:
             return BlockPlan(True, block_size, rows, None, self.cost.drafted_ms(block_size), call_tree=call_tree)
         expected = [expected_tokens([self.calibration(c) for c in row]) for row in confidence]
-        rate, width = max((sum(e[w - 1] for e in expected) / self.cost.drafted_ms(w), w) for w in self.widths)
+        rate, width = best_width(expected, self.cost.drafted_ms, self.widths)
         return BlockPlan(True, width, rows, rate * self.cost.drafted_ms(width),
                          self.cost.drafted_ms(width), confidence, call_tree=call_tree)
+
+    def copy_plan(self, lengths: list[list[int]], block_size: int, rows: int) -> BlockPlan:
+        """A copy block's width from the match lengths ``[B][k]`` its drafts were copied at: the one that maximises
+        the rows' expected tokens together per millisecond, 1 (the anchor alone) included."""
+        expected = [expected_tokens([self.copy_acceptance(m) for m in row]) for row in lengths]
+        rate, width = best_width(expected, self.cost.copied_ms, self.widths)
+        return BlockPlan(False, width, rows, rate * self.cost.copied_ms(width), self.cost.copied_ms(width), lengths,
+                         copied=True)
 
     def plain(self, rows: int) -> BlockPlan:
         return BlockPlan(False, 1, rows, float(rows), self.cost.plain_ms())
@@ -284,7 +386,14 @@ class CostAware:
         reads the whole prompt, a time no later block repeats). ``complete[b]``: row b's count was not cut by a stop
         token or its budget, so it says how many drafts the verifier accepted."""
         if timed and plan.tree is None:  # the cost model times chains (a tree's width may pass the block)
-            self.cost.observe(plan.drafted, plan.width, measured_ms)
+            self.cost.observe(plan.kind, plan.width, measured_ms)
+        lengths = match_lengths or [0] * len(counts)
+        if plan.copied:
+            learn_acceptance(self.copy_acceptance, plan, counts, complete)
+            for count, m in zip(counts, lengths):
+                if m:  # a row without a match at its anchor took a plain step inside the block
+                    self._learn(self.copy_bucket(m), count, plan.predicted_ms, self.bucket(m).rate() or 0.0)
+            return
         if not plan.drafted:
             return
         if timed and plan.call_tree is not None:  # a call with a tree: what this shape committed per measured ms
@@ -294,15 +403,9 @@ class CostAware:
             # and one tree block in a lucky stretch of text must not flip the choice.
             self._learn(mine, sum(counts), measured_ms, other.rate() or 0.0, weight=1.0 / (mine.blocks + 1))
         block_ms = measured_ms if plan.tree is not None else plan.predicted_ms  # no cost model of trees
-        for b, (count, whole) in enumerate(zip(counts, complete)):
-            if whole and plan.confidence is not None:
-                accepted = count - 1
-                for j, c in enumerate(plan.confidence[b][: plan.width - 1]):
-                    self.calibration.update(c, j < accepted)
-                    if j >= accepted:
-                        break
-            self._learn(self.bucket(match_lengths[b] if match_lengths else 0), count, block_ms,
-                        1.0 / self.cost.plain_ms())  # the whole block's time: its rows share it
+        learn_acceptance(self.calibration, plan, counts, complete)
+        for count, m in zip(counts, lengths):  # the whole block's time: its rows share it
+            self._learn(self.bucket(m), count, block_ms, self.rival_rate(m))
 
     @staticmethod
     def _learn(value: DraftValue, tokens: float, ms: float, rival_rate: float, weight: float = VALUE_RATE) -> None:
@@ -351,6 +454,8 @@ def describe_policy(summary: dict | None) -> str:
     chosen = ", ".join(f"{d}: {n}" for d, n in summary["chosen_drafts"].items())
     tau = summary["tau_drafted"]
     trees = summary.get("tree_blocks")
+    copies, tau_copied = summary.get("copy_blocks"), summary.get("tau_copied")
+    copied = f", {copies} copy blocks (tau {tau_copied:.2f})" if copies else ""
     return (f"policy {summary['policy']}: {summary['plain_blocks']} plain steps, {summary['drafted_blocks']} drafted "
-            f"blocks{f' ({trees} of them trees)' if trees else ''}{f' (tau {tau:.2f})' if tau else ''}; drafts "
-            f"verified per block {{{chosen}}}")
+            f"blocks{f' ({trees} of them trees)' if trees else ''}{f' (tau {tau:.2f})' if tau else ''}{copied}; "
+            f"drafts verified per block {{{chosen}}}")
