@@ -43,8 +43,9 @@ def _add_generate(subparsers):
     parser.add_argument("--draft-vocab", type=positive_int, default=None, metavar="N",
                         help="the drafter scores only the head's N most frequent tokens (default: every token)")
     parser.add_argument("--policy", choices=POLICIES, default="cost-aware",
-                        help="cost-aware: draft and verify only what pays on this machine (plain steps included; with "
-                             "a tree, a tree or a chain per block); fixed: draft every block, verify every draft")
+                        help="cost-aware: draft and verify only what pays on this machine (plain steps and copy "
+                             "blocks included; with a tree, a chain or a tree of the budget or one of its halves per "
+                             "block); fixed: draft every block, verify every draft")
     parser.add_argument("--draft-mode", choices=DRAFT_MODES, default="top",
                         help="at --temperature > 0: top-token drafts matched against the target's samples, or "
                              "sampled drafts verified by rejection sampling")

@@ -36,11 +36,13 @@ from dels_hub.verify import verify_tree
 
 
 def shape(text: str) -> TreeSettings | None:
-    """``N:C[:F]`` (budget, branching, frontier; no frontier: exact best-first), or ``chain``."""
+    """``N:C[:F][/T]`` (budget, branching, frontier, ranking temperature; no frontier: exact best-first), or
+    ``chain``."""
     if text == "chain":
         return None
+    text, _, temperature = text.partition("/")
     budget, branching, *frontier = (int(part) for part in text.split(":"))
-    return TreeSettings(budget, branching, frontier[0] if frontier else None)
+    return TreeSettings(budget, branching, frontier[0] if frontier else None, float(temperature or 1.0))
 
 
 @torch.inference_mode()

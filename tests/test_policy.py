@@ -55,6 +55,11 @@ class DraftCalls:
             real = slots[:, : context.shape[1]] == context
         self.context.append([row[mask].tolist() for row, mask in zip(context, real)])
 
+    def positions_read(self, row: int, rows: int) -> list[int]:
+        """The context positions row ``row`` of a batch of ``rows`` gave its drafter, call by call, while every row
+        was still in the batch (a finished row leaves it, and the rest move up)."""
+        return [position for call in self.context if len(call) == rows for position in call[row]]
+
 
 def test_expensive_verify_and_low_confidence_choose_plain_steps_and_never_call_the_drafter(small):
     target, drafter = small["qwen3"], make_dflash(BLOCK, SMALL_VOCAB - 1, vocab=SMALL_VOCAB)
@@ -197,7 +202,7 @@ def test_after_plain_steps_the_drafter_reads_every_context_position_once(small, 
     summary = out.policy_summary
     assert summary["plain_blocks"] > 0 and summary["drafted_blocks"] >= 2 * rows  # plain steps between probes
     for row in range(rows):
-        seen = [position for call in calls.context for position in call[row]]
+        seen = calls.positions_read(row, rows)
         assert seen == list(range(len(seen)))  # every position once, in order, none skipped
         assert len(seen) >= 7
     for row in range(rows):
@@ -270,7 +275,7 @@ def never_drafts(verify_ms=1.0) -> CostAware:
 
 
 def test_the_copy_continuation_follows_the_longest_most_recent_match():
-    from dels_hub.copy_expert import CopySettings, CopyChain
+    from dels_hub.copy_expert import CopyChain, CopySettings
 
     weights = CopySettings(max_ngram=4).weights()
     tokens = torch.tensor([[1, 2, 3, 4, 1, 2, 0, 0, 0]])
@@ -343,7 +348,7 @@ def test_after_copy_blocks_the_drafter_reads_every_context_position_once(small, 
     summary = out.policy_summary
     assert summary["copy_blocks"] > 0 and summary["drafted_blocks"] >= 2 * rows
     for row in range(rows):
-        seen = [position for call in calls.context for position in call[row]]
+        seen = calls.positions_read(row, rows)
         assert seen == list(range(len(seen)))  # every position once, in order, none skipped
         assert len(seen) > input_ids.shape[1]
         assert torch.equal(out.sequences[row : row + 1],

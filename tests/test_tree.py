@@ -11,7 +11,7 @@ from dels_hub.errors import GenerationArgumentError, UnsupportedInputError
 from dels_hub.fingerprint import tokenizer_fingerprint
 from dels_hub.generation.cost_model import CostModel
 from dels_hub.generation.policy import CostAware, describe_policy
-from dels_hub.generation.tree import TreeSettings, ancestor_matrix, grow_tree, tree_mask
+from dels_hub.generation.tree import TreeSettings, ancestor_matrix, budget_ladder, grow_tree, tree_mask
 from dels_hub.heads.ngram import NGramHead
 from dels_hub.heads.ngram_head import NGramLocalHead
 from dels_hub.verify import verify_tree
@@ -323,18 +323,38 @@ def test_the_cost_aware_policy_drafts_the_shape_that_commits_more_per_millisecon
         tokens, ms = rate[is_tree]
         policy.observe(plan, [int(tokens)], [True], ms, None)
 
-    assert policy.tree_now(tree)  # an untried shape first: the tree, then the chain
+    assert policy.tree_shape(tree) == tree  # an untried shape first: the tree, then the chain
     block(True)
-    assert not policy.tree_now(tree)
+    assert policy.tree_shape(tree) is None
     block(False)
     choices = []
     for _ in range(14):
-        choices.append(policy.tree_now(tree))
+        choices.append(policy.tree_shape(tree) == tree)
         block(choices[-1])
     # The winner drafts; the loser is probed after 2, then 4, then 8 blocks while it keeps losing.
     loser_turns = [i for i, use in enumerate(choices) if use != tree_pays]
     assert loser_turns == [1, 5, 13]
     assert policy.cost.observed["drafted"] == choices.count(False) + 1  # chains only reach the cost model
+
+
+def test_the_cost_aware_policy_chooses_the_budget_among_halves_of_the_calls():
+    """A call with 32 nodes: the policy tries trees of 32, 16 and 8 nodes and the chain, then drafts the shape that
+    commits the most per millisecond (here 16: half the time of 32 for most of its tokens), probing the others."""
+    tree, policy = TreeSettings(32, 4), shape_policy()
+    assert budget_ladder(tree) == [tree, TreeSettings(16, 4), TreeSettings(8, 4)]
+    assert budget_ladder(TreeSettings(12, 4)) == [TreeSettings(12, 4)]
+    outcome = {32: (5, 40.0), 16: (4, 20.0), 8: (3, 20.0), None: (2, 15.0)}  # tokens, ms: 16 wins at 0.2 per ms
+    shapes = []
+    for _ in range(40):
+        shape = policy.tree_shape(tree)
+        shapes.append(None if shape is None else shape.budget)
+        tokens, ms = outcome[shapes[-1]]
+        plan = (policy.tree_plan(shape.budget + 1, 1, shape, tree) if shape is not None
+                else policy.plan([[0.9, 0.9, 0.9]], 4, 1, tree))
+        policy.observe(plan, [tokens], [True], ms, None)
+    assert shapes[:4] == [32, 16, 8, None]  # each tried once, largest first
+    assert {32, 8, None} <= set(shapes[4:])  # the others are probed ...
+    assert shapes[4:22].count(16) < shapes[22:].count(16) and shapes[22:].count(16) >= 14  # ... less and less
 
 
 def test_cost_aware_trees_mix_trees_and_chains_and_stay_exact(small):

@@ -128,9 +128,9 @@ def vocab_rows(rows: list[Row], token_ids) -> list[LoopRow]:
 
 
 def tree_rows(settings: BenchSettings, chains: list[LoopRow]) -> list[LoopRow]:
-    """Each chain row again as a tree of each budget, under the chain row's policy (cost-aware: a tree or a chain per
-    block, whichever pays; fixed: a tree every block), paired with its chain row (the tree's gain) and, for a DeLS
-    tree, with the DFlash tree of the same budget (the head's gain on trees)."""
+    """Each chain row again as a tree of each budget, under the chain row's policy (cost-aware: per block a chain or a
+    tree of the budget or one of its halves, whichever pays; fixed: a tree every block), paired with its chain row
+    (the tree's gain) and, for a DeLS tree, with the DFlash tree of the same budget (the head's gain on trees)."""
     trees = []
     for budget in settings.tree_budgets:
         by_chain = {}

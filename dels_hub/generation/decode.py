@@ -205,8 +205,9 @@ def speculative_decode(
         prompt_draft = drafted and first_block  # it reads the whole prompt: a time no later block repeats
         if drafted:
             features = joined(features, unread, state.padded)
-            if tree is not None and policy.tree_now(tree):
-                grown = draft_tree(state, drafting, features, block, block_positions, starts[0], tree)
+            shape = policy.tree_shape(tree) if tree is not None else None
+            if shape is not None:
+                grown = draft_tree(state, drafting, features, block, block_positions, starts[0], shape)
             elif state.padded is not None:
                 # The graph has one context shape (the last verify's block_size rows); the first block's prompt and
                 # a context grown by plain steps run eagerly.
@@ -217,7 +218,7 @@ def speculative_decode(
                 q, confidence = draft_eagerly(state, drafting, features, block, starts[0], generator)
             first_block = False
             if grown is not None:
-                plan = policy.tree_plan(grown.size, len(rows), tree)
+                plan = policy.tree_plan(grown.size, len(rows), shape, tree)
             else:
                 plan = policy.plan(to_host(confidence) if width_from_drafts else None, k + 1, len(rows),
                                    call_tree=tree)

@@ -49,14 +49,16 @@ class DeLSGenerator:
     frequent tokens (its unigram counts), a tensor of token ids keeps those; None scores every token.
     ``policy`` decides per block whether to draft and how many drafts to verify: ``"cost-aware"`` (the default)
     maximises expected tokens per millisecond from a cost model of this device, calibrated at the first call and
-    cached (``generation/cost_model.py``), and may decode plainly; ``"fixed"`` drafts every block and verifies every
+    cached (``generation/cost_model.py``), and may decode plainly or, with the copy expert on, verify the copy
+    expert's own continuation without drafting (a copy block); ``"fixed"`` drafts every block and verifies every
     draft. ``draft_mode`` at T > 0: ``"top"`` (default) drafts the fused argmax and keeps it while the target's own
     samples match, ``"sampled"`` samples drafts and rejection-samples them (the cost-aware policy then verifies
     every draft of a drafted block: choosing from sampled drafts would bias the verifier). Every choice is exact.
     ``tree_budget`` N > 0 drafts a token tree of N nodes per block instead of a chain (``generation/tree.py``),
     each expanded node keeping its ``tree_branching`` most probable children, and verifies it in one target forward;
-    at T > 0 trees verify top-token drafts. Under the cost-aware policy each drafted block is a tree or a chain,
-    whichever has committed more tokens per millisecond so far (``policy.py``); the fixed policy drafts trees only.
+    at T > 0 trees verify top-token drafts. Under the cost-aware policy each drafted block is a chain or a tree of
+    N, N/2, N/4, ... (down to 8) nodes, whichever has committed the most tokens per millisecond so far
+    (``policy.py``); the fixed policy drafts trees only.
     """
 
     def __init__(self, target, drafter, head=None, tokenizer=None, *, alpha=None, beta=None, pure_prefix_len=None,

@@ -25,11 +25,12 @@ plain decoding among its choices, so that speculation that does not pay switches
   learns, online, how often drafts of each confidence were accepted. A batch shares one verify, so it verifies the
   width that maximises its rows' expected tokens together per millisecond.
 
-* **Trees or chains** (a call with ``tree_budget``): a tree verifies many more tokens than a chain for a longer
+* **Trees or chains** (a call with ``tree_budget`` N): a tree verifies many more tokens than a chain for a longer
   accepted path, which pays where a wide verify costs little more than a narrow one (a GPU) and not where it costs in
-  proportion (a CPU). So each drafted block is a tree or a chain, whichever has committed more tokens per measured
-  millisecond (mean over its blocks); both are tried first, and the losing one again after 2, 4, 8, ... drafted
-  blocks (at most ``MAX_PROBE_INTERVAL``). A tree block verifies all its nodes.
+  proportion (a CPU). So each drafted block is a chain or a tree of N, N/2, N/4, ... nodes (``tree.budget_ladder``),
+  whichever shape has committed the most tokens per measured millisecond (mean over its blocks); each is tried
+  first, largest tree first, and each losing one again after 2, 4, 8, ... drafted blocks (at most
+  ``MAX_PROBE_INTERVAL``). A tree block verifies all its nodes.
 
   Sampled drafts (rejection sampling) verify every draft of a block they draft: which drafts face the verifier must
   not depend on what was sampled, or the output leans away from the target's distribution. For them the policy
@@ -45,6 +46,7 @@ from collections import Counter
 from dataclasses import dataclass, field
 
 from .cost_model import CostModel
+from .tree import TreeSettings, budget_ladder
 
 POLICIES = ("cost-aware", "fixed")
 CONFIDENCE_BINS = 20
@@ -232,15 +234,15 @@ class FixedBlocks:
     def block_kind(self, match_lengths: list[int] | None, can_copy: bool) -> str:
         return DRAFTED
 
-    def tree_now(self, tree) -> bool:
-        return True
+    def tree_shape(self, tree: TreeSettings) -> TreeSettings | None:
+        return tree
 
     def plan(self, confidence: list[list[float]] | None, block_size: int, rows: int, call_tree=None) -> BlockPlan:
         predicted = self.cost.drafted_ms(block_size) if self.cost else 0.0
         return BlockPlan(True, block_size, rows, None, predicted, call_tree=call_tree)
 
-    def tree_plan(self, size: int, rows: int, tree) -> BlockPlan:
-        return BlockPlan(True, size, rows, None, 0.0, tree=tree, call_tree=tree)
+    def tree_plan(self, size: int, rows: int, tree, call_tree=None) -> BlockPlan:
+        return BlockPlan(True, size, rows, None, 0.0, tree=tree, call_tree=call_tree or tree)
 
     def plain(self, rows: int) -> BlockPlan:  # block size 1 (nothing to draft) takes plain steps under any policy
         return BlockPlan(False, 1, rows, None, self.cost.plain_ms() if self.cost else 0.0)
@@ -252,18 +254,34 @@ class FixedBlocks:
 
 
 @dataclass
+class ProbeSchedule:
+    """When a losing choice is tried again: after ``interval`` decisions it lost (2, doubled after each probe that
+    lost, back to 2 after one that won)."""
+
+    waited: int = 0
+    interval: int = 2
+
+
+@dataclass
 class DraftValue:
-    """A bucket's running committed tokens (of one row) and milliseconds (of the whole block) per drafted block, and
-    its probing schedule. Its rate compares with a plain step's 1 token per row per ``plain_ms``."""
+    """A bucket's running committed tokens (of one row) and milliseconds (of the whole block) per block, and its
+    probing schedule (shared by the buckets of one kind of block: one exploration budget, not one per match
+    length). Its rate compares with a plain step's 1 token per row per ``plain_ms``."""
 
     tokens: float = 0.0
     ms: float = 0.0
     blocks: int = 0
-    waited: int = 0
-    interval: int = 2
+    schedule: ProbeSchedule = field(default_factory=ProbeSchedule)
 
     def rate(self) -> float | None:
         return self.tokens / self.ms if self.blocks and self.ms > 0 else None
+
+
+def pooled_rate(values) -> float | None:
+    """Tokens per millisecond of several buckets' blocks together (None when none has a block)."""
+    tokens = sum(v.blocks * v.tokens for v in values)
+    ms = sum(v.blocks * v.ms for v in values)
+    return tokens / ms if ms > 0 else None
 
 
 class CostAware:
@@ -283,14 +301,15 @@ class CostAware:
         self.copy_acceptance = CopyAcceptance()
         self.copies: dict[int, DraftValue] = {}  # copy blocks' running value by match length at the anchor
         self.copying = False  # copy blocks are offered for the current block
+        self.draft_schedule, self.copy_schedule = ProbeSchedule(), ProbeSchedule()
         self.shapes: dict = {}  # tree settings (None: the chain) -> its running tokens per measured ms
         self.hopeless_wait = 0  # plain steps since the last probe of a drafter that could not pay even at best
 
     def bucket(self, match_length: int | None) -> DraftValue:
-        return self.values.setdefault(match_length or 0, DraftValue())
+        return self.values.setdefault(match_length or 0, DraftValue(schedule=self.draft_schedule))
 
     def copy_bucket(self, match_length: int) -> DraftValue:
-        return self.copies.setdefault(match_length, DraftValue())
+        return self.copies.setdefault(match_length, DraftValue(schedule=self.copy_schedule))
 
     def block_kind(self, match_lengths: list[int] | None, can_copy: bool) -> str:
         """``PLAIN``, ``DRAFTED`` or ``COPIED``: what this block does. ``can_copy``: copy blocks are allowed (the
@@ -313,9 +332,10 @@ class CostAware:
 
     def draft_now(self, match_lengths: list[int] | None) -> bool:
         """Draft this block, or not (a plain step, or a copy block where ``block_kind`` offers one): drafted blocks'
-        recent tokens per millisecond in each row's bucket against the rival's (``rival_rate``); an unexplored
-        bucket drafts, and the losing side waits for its next probe. Where a block could not pay even if every draft
-        were accepted, it never drafts."""
+        recent tokens per millisecond in each row's bucket against the rival's (``rival_rate``), and the losing side
+        waits for its next probe. A bucket without a drafted block yet reads the rate of all drafted blocks so far
+        (the first block drafts); exploring each bucket at once would cost a short text more than it learns. Where a
+        block could not pay even if every draft were accepted, it never drafts."""
         plain_rate = 1.0 / self.cost.plain_ms()
         best_case = max(w / self.cost.drafted_ms(w) for w in self.widths)
         if best_case <= plain_rate:
@@ -328,34 +348,44 @@ class CostAware:
             return True
         lengths = match_lengths or [0]
         buckets = [self.bucket(m) for m in lengths]
-        rates = [b.rate() for b in buckets]
-        if any(rate is None for rate in rates):
+        pooled = pooled_rate(self.values.values())
+        if pooled is None:
             return True
+        rates = [pooled if b.rate() is None else b.rate() for b in buckets]
         drafting_wins = sum(rates) >= sum(self.rival_rate(m) for m in lengths)
-        # The loser's buckets (rows in one bucket wait once per block) count towards its next probe.
-        losers = buckets if not drafting_wins else [self.copy_bucket(m) for m in lengths if m] if self.copying else []
+        # The losing kind waits (once per block) towards its next probe.
+        loser = (self.draft_schedule if not drafting_wins else self.copy_schedule if self.copying and any(lengths)
+                 else None)
         probe = False
-        for b in {id(b): b for b in losers}.values():
-            b.waited += 1
-            probe |= b.waited >= b.interval
+        if loser is not None:
+            loser.waited += 1
+            probe = loser.waited >= loser.interval
         return drafting_wins != probe
 
-    def tree_now(self, tree) -> bool:
-        """Draft this block as ``tree`` (its settings) or as a chain: whichever has committed more tokens per measured
-        millisecond lately; an untried one first, the losing one again at its next probe (module docstring)."""
-        grown, chain = self.shapes.setdefault(tree, DraftValue()), self.shapes.setdefault(None, DraftValue())
-        if not grown.blocks or not chain.blocks:
-            return not grown.blocks
-        tree_wins = grown.rate() >= chain.rate()
-        loser = chain if tree_wins else grown
-        loser.waited += 1
-        return tree_wins != (loser.waited >= loser.interval)  # the loser's turn: a probe
+    def tree_shape(self, tree: TreeSettings) -> TreeSettings | None:
+        """The shape of this drafted block in a call with ``tree``: one of its ``budget_ladder`` or the chain (None),
+        whichever has committed the most tokens per measured millisecond; an untried one first (largest first), and
+        a losing one at its next probe (module docstring)."""
+        shapes = [*budget_ladder(tree), None]
+        values = [self.shapes.setdefault(shape, DraftValue()) for shape in shapes]
+        untried = [shape for shape, value in zip(shapes, values) if not value.blocks]
+        if untried:
+            return untried[0]
+        best = max(range(len(shapes)), key=lambda i: values[i].rate())
+        due = None
+        for i, value in enumerate(values):
+            if i != best:
+                value.schedule.waited += 1
+                if due is None and value.schedule.waited >= value.schedule.interval:
+                    due = i  # this loser's turn: a probe
+        return shapes[best if due is None else due]
 
-    def tree_plan(self, size: int, rows: int, tree) -> BlockPlan:
-        """A tree block verifies its root and every node; it is expected to take what tree blocks took lately."""
+    def tree_plan(self, size: int, rows: int, tree, call_tree=None) -> BlockPlan:
+        """A tree block (``tree``: its shape, one of the ``call_tree``'s ladder; default: the call's own) verifies
+        its root and every node; it is expected to take what blocks of its shape took lately."""
         value = self.shapes.get(tree)
         return BlockPlan(True, size, rows, None, value.ms if value and value.blocks else 0.0, tree=tree,
-                         call_tree=tree)
+                         call_tree=call_tree or tree)
 
     def plan(self, confidence: list[list[float]] | None, block_size: int, rows: int, call_tree=None) -> BlockPlan:
         """The width of the verify from the drafts' confidences ``[B][k]``: the one that maximises the rows'
@@ -388,21 +418,25 @@ class CostAware:
         if timed and plan.tree is None:  # the cost model times chains (a tree's width may pass the block)
             self.cost.observe(plan.kind, plan.width, measured_ms)
         lengths = match_lengths or [0] * len(counts)
+        # A block's value is at the cost model's price (refined online, so close to what blocks take), comparable
+        # with a plain step's; a tree has no cost model, and is valued at what it took.
+        block_ms = measured_ms if plan.tree is not None else plan.predicted_ms
         if plan.copied:
             learn_acceptance(self.copy_acceptance, plan, counts, complete)
             for count, m in zip(counts, lengths):
                 if m:  # a row without a match at its anchor took a plain step inside the block
-                    self._learn(self.copy_bucket(m), count, plan.predicted_ms, self.bucket(m).rate() or 0.0)
+                    self._learn(self.copy_bucket(m), count, block_ms, self.bucket(m).rate() or 0.0)
             return
         if not plan.drafted:
             return
         if timed and plan.call_tree is not None:  # a call with a tree: what this shape committed per measured ms
             mine = self.shapes.setdefault(plan.tree, DraftValue())
-            other = self.shapes.setdefault(None if plan.tree is not None else plan.call_tree, DraftValue())
-            # A plain mean, not a running one: what a shape costs against the other is a property of the machine,
+            rivals = [self.shapes.setdefault(shape, DraftValue()).rate()
+                      for shape in [*budget_ladder(plan.call_tree), None] if shape != plan.tree]
+            # A plain mean, not a running one: what a shape costs against another is a property of the machine,
             # and one tree block in a lucky stretch of text must not flip the choice.
-            self._learn(mine, sum(counts), measured_ms, other.rate() or 0.0, weight=1.0 / (mine.blocks + 1))
-        block_ms = measured_ms if plan.tree is not None else plan.predicted_ms  # no cost model of trees
+            self._learn(mine, sum(counts), measured_ms, max((r for r in rivals if r is not None), default=0.0),
+                        weight=1.0 / (mine.blocks + 1))
         learn_acceptance(self.calibration, plan, counts, complete)
         for count, m in zip(counts, lengths):  # the whole block's time: its rows share it
             self._learn(self.bucket(m), count, block_ms, self.rival_rate(m))
@@ -416,10 +450,11 @@ class CostAware:
         value.tokens += weight * (tokens - value.tokens)
         value.ms += weight * (ms - value.ms)
         value.blocks += 1
-        if value.waited:  # this block was a probe of a losing bucket or shape
+        schedule = value.schedule
+        if schedule.waited:  # this block was a probe of a losing kind or shape
             won = value.rate() >= rival_rate
-            value.interval = 2 if won else min(2 * value.interval, MAX_PROBE_INTERVAL)
-            value.waited = 0
+            schedule.interval = 2 if won else min(2 * schedule.interval, MAX_PROBE_INTERVAL)
+            schedule.waited = 0
 
 
 def make_policy(name: str, cost: CostModel | None, widths: tuple[int, ...] | None = None):

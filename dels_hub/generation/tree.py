@@ -12,7 +12,7 @@ follow in order of depth, so a node's parent always comes before it. ``parents[0
 mask lets each node see the committed context and its own ancestors (``ancestors``, ancestor-or-self).
 """
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import torch
 
@@ -30,15 +30,32 @@ DEFAULT_BRANCHING = 16
 class TreeSettings:
     """``budget`` drafted nodes per block (the root, the anchor, is not counted); each expanded node keeps its
     ``branching`` most probable children, and each depth expands its ``frontier`` most probable nodes (None: as many
-    as the budget, so that every node the budget can keep is expanded: exact best-first growth)."""
+    as the budget, so that every node the budget can keep is expanded: exact best-first growth). ``temperature``
+    divides the fused logits that nodes are ranked by (not which children they have): above 1, a drafter that is
+    too sure of its first choice spends more of the budget on alternatives."""
 
     budget: int
     branching: int = DEFAULT_BRANCHING
     frontier: int | None = None
+    temperature: float = 1.0
 
     @property
     def expanded(self) -> int:
         return self.budget if self.frontier is None else self.frontier
+
+
+# The cost-aware policy chooses each block's budget among the call's and its halves down to this (and the chain).
+MIN_LADDER_BUDGET = 8
+
+
+def budget_ladder(tree: TreeSettings) -> list[TreeSettings]:
+    """The trees the cost-aware policy chooses among in a call with ``tree``: its budget, then each half of it down to
+    ``MIN_LADDER_BUDGET`` (a budget below that is the call's own), largest first."""
+    ladder, budget = [tree], tree.budget // 2
+    while budget >= MIN_LADDER_BUDGET:
+        ladder.append(replace(tree, budget=budget))
+        budget //= 2
+    return ladder
 
 
 def checked_tree(budget, branching=DEFAULT_BRANCHING) -> TreeSettings | None:
@@ -115,6 +132,8 @@ def grow_tree(
         if copy is not None:
             copied, gamma = copy.branch_candidates(matches)
             logits = logits.scatter_add(2, copied.unsqueeze(-1), gamma.unsqueeze(-1))
+        if settings.temperature != 1.0:
+            logits = logits / settings.temperature
         top_logp, top_ids = logits.log_softmax(-1).topk(wide, dim=-1)  # [B, F, c]: distinct tokens per node
         child_score = (score.unsqueeze(-1) + top_logp.double()).flatten(1)  # [B, F * c]
         child_ids = top_ids.flatten(1)
