@@ -176,7 +176,8 @@ def test_one_host_transfer_per_block(small, monkeypatch, warping, copy, static_c
 @pytest.mark.parametrize("copy", [False, True], ids=["", "copy"])
 def test_the_cost_aware_policy_adds_one_transfer_per_drafted_block(small, monkeypatch, copy):
     """Its copy signal travels with the block's counts; the drafts' confidences are the one more transfer, and only
-    in blocks that draft (the prefill's first copy match travels with its stops)."""
+    in blocks that draft, or a copy block's match lengths, only in copy blocks (the prefill's first copy match
+    travels with its stops)."""
     generator = generator_for(small, block_size=8)
     input_ids = small_prompts(count=1)[0]
     settings = DecodeSettings(30, 8, Warping(), torch.tensor([SMALL_VOCAB - 2]), None, None,
@@ -187,7 +188,9 @@ def test_the_cost_aware_policy_adds_one_transfer_per_drafted_block(small, monkey
     result = speculative_decode(small["qwen3"], generator.drafter, input_ids, settings, policy=policy)
     summary = result.policy
     assert summary["plain_blocks"] > 0 and summary["drafted_blocks"] > 0
-    assert counts == {"to_host": 1 + len(result.acceptance_lengths) + summary["drafted_blocks"], "other": 0}
+    assert summary["copy_blocks"] > 0 if copy else summary["copy_blocks"] == 0
+    blocks = len(result.acceptance_lengths)
+    assert counts == {"to_host": 1 + blocks + summary["drafted_blocks"] + summary["copy_blocks"], "other": 0}
 
 
 def test_static_caches_roll_back_by_pointer():

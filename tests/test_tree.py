@@ -90,6 +90,21 @@ def test_a_tree_with_branching_one_is_the_greedy_chain():
     assert torch.equal(tree.parents[:, 1:], torch.arange(5).expand(2, -1))
 
 
+def test_a_ranking_temperature_trades_depth_for_breadth_and_keeps_each_nodes_children():
+    """Sure drafts at every depth: at T = 1 a budget of 3 is the chain of first choices; a high temperature makes the
+    first choice less sure than its siblings are unlikely, so the budget goes to alternatives at depth 1. Which
+    children a node has is the same at any temperature (the ranking changes, not the candidates)."""
+    vocab, k = 6, 3
+    logits = torch.zeros((1, k, vocab))
+    logits[0, :, 1] = 6.0  # token 1 first at every depth, by far
+    chain = grow_tree(logits, torch.tensor([0]), TreeSettings(3, vocab))
+    wide = grow_tree(logits, torch.tensor([0]), TreeSettings(3, vocab, temperature=50.0))
+    assert chain.depths[0].tolist() == [0, 1, 2, 3] and chain.tokens[0, 1:].tolist() == [1, 1, 1]
+    assert wide.depths[0].tolist() == [0, 1, 1, 1] and int(wide.tokens[0, 1]) == 1
+    everything = [grow_tree(logits, torch.tensor([0]), TreeSettings(500, 2, temperature=t)) for t in (1.0, 50.0)]
+    assert [sorted(tree.tokens[0].tolist()) for tree in everything][0] == sorted(everything[1].tokens[0].tolist())
+
+
 def test_branches_read_their_own_prefix_with_the_head_and_the_copy_expert():
     """DFlash's logits are the same on every branch; with the head or the copy vote, siblings' children differ."""
     tokenizer = make_tokenizer(SMALL_VOCAB - 2)

@@ -27,6 +27,8 @@ HEADLINE_COLUMNS = {
     "DFlash": lambda name: name.startswith("DFlash") and not name.endswith("+ copy"),
     "DeLS": lambda name: name.startswith("DeLS") and not name.endswith("+ copy"),
     "DeLS + copy": lambda name: name.startswith("DeLS") and name.endswith("+ copy"),
+    # the demo's product: drafts from the head's most frequent tokens (runs with --draft-vocab)
+    "DeLS + copy, vocab": lambda name: name.startswith("DeLS") and "+ copy, vocab" in name,
     "prompt lookup": lambda name: "prompt-lookup" in name,
 }
 # Settings that runs recorded before their option existed do not hold: what the bench did then, by option.
