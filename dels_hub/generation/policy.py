@@ -29,8 +29,9 @@ plain decoding among its choices, so that speculation that does not pay switches
   accepted path, which pays where a wide verify costs little more than a narrow one (a GPU) and not where it costs in
   proportion (a CPU). So each drafted block is a chain or a tree of N, N/2, N/4, ... nodes (``tree.budget_ladder``),
   whichever shape has committed the most tokens per measured millisecond (mean over its blocks); each is tried
-  first, largest tree first, and each losing one again after 2, 4, 8, ... drafted blocks (at most
-  ``MAX_PROBE_INTERVAL``). A tree block verifies all its nodes.
+  first, largest tree first, and a losing one again after 2, 4, 8, ... drafted blocks (at most
+  ``MAX_PROBE_INTERVAL``; the trees share one schedule, which probes the best of the losing trees). A tree block
+  verifies all its nodes.
 
   Sampled drafts (rejection sampling) verify every draft of a block they draft: which drafts face the verifier must
   not depend on what was sampled, or the output leans away from the target's distribution. For them the policy
@@ -301,7 +302,7 @@ class CostAware:
         self.copy_acceptance = CopyAcceptance()
         self.copies: dict[int, DraftValue] = {}  # copy blocks' running value by match length at the anchor
         self.copying = False  # copy blocks are offered for the current block
-        self.draft_schedule, self.copy_schedule = ProbeSchedule(), ProbeSchedule()
+        self.draft_schedule, self.copy_schedule, self.tree_schedule = ProbeSchedule(), ProbeSchedule(), ProbeSchedule()
         self.shapes: dict = {}  # tree settings (None: the chain) -> its running tokens per measured ms
         self.hopeless_wait = 0  # plain steps since the last probe of a drafter that could not pay even at best
 
@@ -367,23 +368,31 @@ class CostAware:
         whichever has committed the most tokens per measured millisecond; an untried one first (largest first), and
         a losing one at its next probe (module docstring)."""
         shapes = [*budget_ladder(tree), None]
-        values = [self.shapes.setdefault(shape, DraftValue()) for shape in shapes]
+        values = [self.shape_value(shape) for shape in shapes]
         untried = [shape for shape, value in zip(shapes, values) if not value.blocks]
         if untried:
             return untried[0]
         best = max(range(len(shapes)), key=lambda i: values[i].rate())
-        due = None
+        waiting: dict[int, list[int]] = {}  # the losers, by the schedule they share (the trees share one)
         for i, value in enumerate(values):
             if i != best:
-                value.schedule.waited += 1
-                if due is None and value.schedule.waited >= value.schedule.interval:
-                    due = i  # this loser's turn: a probe
-        return shapes[best if due is None else due]
+                waiting.setdefault(id(value.schedule), []).append(i)
+        for members in waiting.values():
+            schedule = values[members[0]].schedule
+            schedule.waited += 1
+            if schedule.waited >= schedule.interval:  # a probe: the best of the losers that share this schedule
+                return shapes[max(members, key=lambda i: values[i].rate())]
+        return shapes[best]
+
+    def shape_value(self, shape: TreeSettings | None) -> DraftValue:
+        """What blocks of ``shape`` (None: the chain) committed per measured millisecond. The trees share one probing
+        schedule: where trees lose (a CPU), a probe of one tree size says enough about the others."""
+        return self.shapes.setdefault(shape, DraftValue(schedule=self.tree_schedule if shape else ProbeSchedule()))
 
     def tree_plan(self, size: int, rows: int, tree, call_tree=None) -> BlockPlan:
         """A tree block (``tree``: its shape, one of the ``call_tree``'s ladder; default: the call's own) verifies
         its root and every node; it is expected to take what blocks of its shape took lately."""
-        value = self.shapes.get(tree)
+        value = self.shapes.get(tree)  # (never created here: a plan reads, the policy's choice creates)
         return BlockPlan(True, size, rows, None, value.ms if value and value.blocks else 0.0, tree=tree,
                          call_tree=call_tree or tree)
 
@@ -430,8 +439,8 @@ class CostAware:
         if not plan.drafted:
             return
         if timed and plan.call_tree is not None:  # a call with a tree: what this shape committed per measured ms
-            mine = self.shapes.setdefault(plan.tree, DraftValue())
-            rivals = [self.shapes.setdefault(shape, DraftValue()).rate()
+            mine = self.shape_value(plan.tree)
+            rivals = [self.shape_value(shape).rate()
                       for shape in [*budget_ladder(plan.call_tree), None] if shape != plan.tree]
             # A plain mean, not a running one: what a shape costs against another is a property of the machine,
             # and one tree block in a lucky stretch of text must not flip the choice.
