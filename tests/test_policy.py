@@ -293,7 +293,7 @@ def test_copy_blocks_go_first_where_the_copy_expert_matches_and_compete_with_dra
     assert policy.block_kind([0], can_copy=True) == "drafted"  # no match: nothing to copy, an untried drafter
     assert policy.block_kind([3], can_copy=True) == "copied"  # an untried copy block first: the cheap one
     assert policy.block_kind([3], can_copy=False) == "drafted"  # sampled drafts: no copy blocks
-    copy_plan = policy.copy_plan([[3, 4, 4, 4, 0, 0, 0]], BLOCK, 1)
+    copy_plan = policy.copy_plan([[3, 4, 4, 4, 0, 0, 0]], 1)
     assert copy_plan.copied and not copy_plan.drafted and copy_plan.width == 5  # up to the last copied draft
     policy.observe(copy_plan, [5], [True], 10.0, [3])
     assert policy.block_kind([3], can_copy=True) == "drafted"  # an untried drafter in this bucket
@@ -303,7 +303,7 @@ def test_copy_blocks_go_first_where_the_copy_expert_matches_and_compete_with_dra
     for _ in range(40):
         kinds.append(policy.block_kind([3], can_copy=True))
         if kinds[-1] == "copied":
-            policy.observe(policy.copy_plan([[3, 4, 4, 4, 0, 0, 0]], BLOCK, 1), [5], [True], 10.0, [3])
+            policy.observe(policy.copy_plan([[3, 4, 4, 4, 0, 0, 0]], 1), [5], [True], 10.0, [3])
         else:
             policy.observe(policy.plan([[0.1] * (BLOCK - 1)], BLOCK, 1), [1], [True], 20.0, [3])
     probes = [i for i, kind in enumerate(kinds) if kind == "drafted"]
@@ -315,8 +315,8 @@ def test_copy_blocks_go_first_where_the_copy_expert_matches_and_compete_with_dra
     for _ in range(30):
         rising.copy_acceptance.update(1, False)
         rising.copy_acceptance.update(4, True)
-    assert rising.copy_plan([[1] * (BLOCK - 1)], BLOCK, 1).width == 1
-    assert rising.copy_plan([[4] * (BLOCK - 1)], BLOCK, 1).width == BLOCK
+    assert rising.copy_plan([[1] * (BLOCK - 1)], 1).width == 1
+    assert rising.copy_plan([[4] * (BLOCK - 1)], 1).width == BLOCK
 
 
 @pytest.mark.parametrize("rows", [1, 3])

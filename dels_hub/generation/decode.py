@@ -224,7 +224,7 @@ def speculative_decode(
                                    call_tree=tree)
         elif kind == COPIED:
             copied_at = CopyChain(state.output, state.start_at, settings.copy_weights).continuation(k, state.drafts)
-            plan = policy.copy_plan(to_host(copied_at), k + 1, len(rows))
+            plan = policy.copy_plan(to_host(copied_at), len(rows))
         else:
             plan = policy.plain(len(rows))
         width_now = plan.width
@@ -273,9 +273,11 @@ def speculative_decode(
             if not drafted:
                 # One row: its committed rows alone (eager drafting reads every row it is given). Padded: all the
                 # verified rows, those not committed marked padding.
-                kept = counts[0] if state.padded is None else width_now
-                unread.append((new_features[:, :kept], block_positions[:, :kept],
-                               index[:kept] < n_commit.unsqueeze(1)))
+                if state.padded is None:
+                    unread.append((new_features[:, : counts[0]], None, None))
+                else:
+                    unread.append((new_features[:, :width_now], block_positions[:, :width_now],
+                                   index < n_commit.unsqueeze(1)))
             elif state.padded is not None:
                 features = padded_context(state.padded, new_features, block_positions, n_commit, state.block_index)
             else:
@@ -318,9 +320,9 @@ def width_may_follow_drafts(sampled_drafts: bool) -> bool:
 
 def joined(features, unread: list, padded: PaddedDraft | None):
     """The drafter's whole pending context: ``features`` (the last drafted block's rows), then the rows of each plain
-    step and copy block since (``unread``: ``(features, positions, committed)`` of each, emptied here). A padded
-    draft's positions and mask grow with it, its uncommitted rows marked padding. Plain steps only append, so a long
-    run of them costs one concatenation, not one per step."""
+    step and copy block since (``unread``: ``(features, positions, committed)`` of each, emptied here; positions and
+    committed only for a padded draft, whose positions and mask grow with it, its uncommitted rows marked padding).
+    Plain steps only append, so a long run of them costs one concatenation, not one per step."""
     if not unread:
         return features
     steps_features, steps_positions, steps_real = zip(*unread)

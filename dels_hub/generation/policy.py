@@ -88,12 +88,12 @@ class AcceptanceCalibration:
         self.accepted[b] += accepted
 
 
+@dataclass
 class CopyAcceptance(AcceptanceCalibration):
     """P(copied draft accepted | drafts before it accepted) by the match length m it was copied at (one bin per m,
     the last one for every longer match), from a prior of m / (m + 1) (no match: never) and what the verifier did."""
 
-    def __init__(self, bins: int = MAX_COPY_LENGTH_BINS):
-        super().__init__(bins)
+    bins: int = MAX_COPY_LENGTH_BINS
 
     def bin(self, length: int) -> int:
         return min(max(int(length), 0), self.bins - 1)
@@ -355,8 +355,7 @@ class CostAware:
         rates = [pooled if b.rate() is None else b.rate() for b in buckets]
         drafting_wins = sum(rates) >= sum(self.rival_rate(m) for m in lengths)
         # The losing kind waits (once per block) towards its next probe.
-        loser = (self.draft_schedule if not drafting_wins else self.copy_schedule if self.copying and any(lengths)
-                 else None)
+        loser = self.draft_schedule if not drafting_wins else self.copy_schedule if self.copying else None
         probe = False
         if loser is not None:
             loser.waited += 1
@@ -392,7 +391,7 @@ class CostAware:
     def tree_plan(self, size: int, rows: int, tree, call_tree=None) -> BlockPlan:
         """A tree block (``tree``: its shape, one of the ``call_tree``'s ladder; default: the call's own) verifies
         its root and every node; it is expected to take what blocks of its shape took lately."""
-        value = self.shapes.get(tree)  # (never created here: a plan reads, the policy's choice creates)
+        value = self.shapes.get(tree)
         return BlockPlan(True, size, rows, None, value.ms if value and value.blocks else 0.0, tree=tree,
                          call_tree=call_tree or tree)
 
@@ -407,7 +406,7 @@ class CostAware:
         return BlockPlan(True, width, rows, rate * self.cost.drafted_ms(width),
                          self.cost.drafted_ms(width), confidence, call_tree=call_tree)
 
-    def copy_plan(self, lengths: list[list[int]], block_size: int, rows: int) -> BlockPlan:
+    def copy_plan(self, lengths: list[list[int]], rows: int) -> BlockPlan:
         """A copy block's width from the match lengths ``[B][k]`` its drafts were copied at: the one that maximises
         the rows' expected tokens together per millisecond, 1 (the anchor alone) included."""
         expected = [expected_tokens([self.copy_acceptance(m) for m in row]) for row in lengths]
