@@ -228,18 +228,21 @@ def measure_with_parts(generator, prompts, args, fast):
     return data
 
 
-def target_alone(target, prompts, new_tokens, repeats):
-    """Plain ``target.generate`` greedy decoding (DynamicCache), decode tokens/s excluding the prefill."""
+def target_alone(target, prompts, new_tokens, repeats, cache_implementation=None):
+    """Plain ``target.generate`` greedy decoding, decode tokens/s excluding the prefill: on its DynamicCache, or
+    with ``cache_implementation="static"``, where transformers compiles the decode step on CUDA (the fair
+    baseline there: the eager target is bound by kernel launches, not by the GPU)."""
     def timed(input_ids, count):
         if torch.device(target.device).type == "cuda":
             torch.cuda.synchronize()
         began = time.perf_counter()
-        target.generate(input_ids, max_new_tokens=count, do_sample=False)
+        target.generate(input_ids, max_new_tokens=count, do_sample=False, cache_implementation=cache_implementation)
         if torch.device(target.device).type == "cuda":
             torch.cuda.synchronize()
         return time.perf_counter() - began
 
-    timed(prompts[0], new_tokens)
+    for _ in range(3 if cache_implementation else 1):  # compilation, the CUDA-graph warm-up, the recording
+        timed(prompts[0], new_tokens)
     rates = []
     for _ in range(repeats):
         for input_ids in prompts:
@@ -341,6 +344,11 @@ def bench_shape(name, args, device, dtype, result: dict, save):
     prompts = [torch.randint(0, vocab - 2, (1, args.prompt_len), generator=rng).to(device)
                for _ in range(args.prompts)]
     result.update(layers=target.config.num_hidden_layers, fast_path=static_cache_supported(target) or "ok", rows=[])
+    result["target_generate"] = attempt(target_alone, target, prompts, args.new_tokens, args.repeats)
+    result["target_generate_static"] = attempt(target_alone, target, prompts, args.new_tokens, args.repeats, "static")
+    save()
+    if args.baselines_only:
+        return result
 
     result.update(attempt(exactness, generator, prompts[0]))
     save()
@@ -367,8 +375,6 @@ def bench_shape(name, args, device, dtype, result: dict, save):
         for label, fast in (("fast", True), ("eager", False))
     }
     save()
-    result["target_generate"] = attempt(target_alone, target, prompts, args.new_tokens, args.repeats)
-    save()
     result["cost_aware"] = attempt(cost_aware, generator, prompts, args.new_tokens)
     save()
     if args.tree_budgets:
@@ -387,9 +393,15 @@ def rate(data: dict) -> str:
 
 
 def print_table(result):
-    base = result["target_generate"].get("tokens_per_s")
+    # "vs tgt": against the faster of the two target.generate rows (on CUDA the static cache's compiled one)
+    base = max((result[row].get("tokens_per_s", 0.0) for row in ("target_generate", "target_generate_static")),
+               default=0.0) or None
     print(f"\n== {result['shape']} ({result['layers']} layers), fast path: {result['fast_path']}, "
           f"fast == eager greedy: {result.get('fast_equals_eager_greedy', result.get('error'))}")
+    print(f"target.generate with a static cache (compiled on CUDA): {rate(result['target_generate_static'])}")
+    if "loop_block_size_1" not in result:  # --baselines-only
+        print(f"target.generate: {rate(result['target_generate'])}")
+        return
     at_1 = result["loop_block_size_1"]
     print(f"target.generate: {rate(result['target_generate'])}; loop at block size 1: fast {rate(at_1['fast'])}, "
           f"eager {rate(at_1['eager'])}")
@@ -420,6 +432,8 @@ def print_table(result):
 def main():
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--smoke", action="store_true", help="tiny shapes (CPU-friendly); checks the script runs")
+    parser.add_argument("--baselines-only", action="store_true",
+                        help="time only the target alone: target.generate on its DynamicCache and on a static cache")
     parser.add_argument("--shapes", nargs="+", default=None, help="subset of " + ", ".join([*SHAPES, "smollm2"]))
     parser.add_argument("--layers", type=int, default=None, help="override the target layer count (quick pass)")
     parser.add_argument("--ks", type=int, nargs="+", default=[1, 4, 8, 15], help="forced acceptance lengths")

@@ -1,13 +1,17 @@
 """The decode loop: on the static cache, token for token as on the target's own DynamicCache and as the target;
 one host sync per block; compiled steps."""
 
+import traceback
+import warnings
+
 import pytest
 import torch
 
-from dels_hub import DeLSGenerator, verify
+from dels_hub import DeLSGenerator
 from dels_hub.copy_expert import CopySettings
 from dels_hub.errors import GenerationArgumentError
 from dels_hub.fusion import fusion_weights
+from dels_hub.generation import decode
 from dels_hub.generation.caches import StaticDraftCache, StaticSlotCache, causal_mask
 from dels_hub.generation.cost_model import CostModel
 from dels_hub.generation.decode import speculative_decode
@@ -242,15 +246,19 @@ def test_cuda_loop_has_no_stray_sync_and_replays_graphs(monkeypatch, compile, co
     generator.compile = compile
     input_ids = small_prompts(count=1)[0].cuda()
     transfers, recordings = [], []
-    real_to_host, real_new_graph_id = verify.to_host, cudagraph_trees.CUDAGraphTreeManager.new_graph_id
+    real_to_host, real_new_graph_id = decode.to_host, cudagraph_trees.CUDAGraphTreeManager.new_graph_id
 
-    def sanctioned(values):  # the one transfer per block is allowed, anything else raises
+    def sanctioned(values):  # the one transfer per block is allowed; any other sync is recorded with its stack
         transfers.append(1)
         torch.cuda.set_sync_debug_mode(0)
         try:
             return real_to_host(values)
         finally:
-            torch.cuda.set_sync_debug_mode("error")
+            torch.cuda.set_sync_debug_mode("warn")
+
+    def stray_sync(message, *_):  # "warn" mode, not "error": one run names every stray sync, not only the first
+        if "called a synchronizing CUDA operation" in str(message):  # not the mode's own "prototype" notice
+            strays.append("".join(traceback.format_stack(limit=6)[:-1]))
 
     def recorded(self):
         recordings.append(1)
@@ -270,15 +278,23 @@ def test_cuda_loop_has_no_stray_sync_and_replays_graphs(monkeypatch, compile, co
             expected = warm
         recorded_in_warm_up += len(recordings)
         decode_settings, loop_kwargs = loop_arguments(generator, settings)
-        monkeypatch.setattr(verify, "to_host", sanctioned)
+        monkeypatch.setattr(decode, "to_host", sanctioned)  # the loop's own reference, not verify's
         transfers.clear()
         recordings.clear()
-        torch.cuda.set_sync_debug_mode("error")
-        try:
-            out = speculative_decode(generator.target, generator.drafter, input_ids, decode_settings, **loop_kwargs)
-        finally:
-            torch.cuda.set_sync_debug_mode(0)
-            monkeypatch.setattr(verify, "to_host", real_to_host)
+        strays = []
+        with warnings.catch_warnings():
+            warnings.simplefilter("always")
+            monkeypatch.setattr(warnings, "showwarning", stray_sync)
+            torch.cuda.set_sync_debug_mode("warn")
+            try:
+                out = speculative_decode(generator.target, generator.drafter, input_ids, decode_settings, **loop_kwargs)
+                loop_strays = list(strays)
+                torch.ones(1, device="cuda").sum().item()  # a planted sync: the control that the recorder sees one
+            finally:
+                torch.cuda.set_sync_debug_mode(0)
+                monkeypatch.setattr(decode, "to_host", real_to_host)
+        assert loop_strays == [], f"{len(loop_strays)} stray syncs, the first at:\n{loop_strays[0]}"
+        assert len(strays) == 1, "the sync recorder missed the planted .item()"
         assert torch.equal(out.sequences, expected.sequences)
         assert len(transfers) == 1 + len(out.acceptance_lengths)
         assert recordings == []  # replayed, not re-recorded
@@ -453,7 +469,7 @@ def test_gpu_bench_script_writes_every_row_on_smoke_shapes(tmp_path):
         for path in ("graphs", "g-nohd"):
             assert row[path]["graph_counters"]["cudagraph_skips"] == 0
             assert row[path]["parts_ms"]["draft"] > 0 and row[path]["parts_ms"]["head"] is None
-    assert result["target_generate"]["tokens_per_s"] > 0
+    assert result["target_generate"]["tokens_per_s"] > 0 and result["target_generate_static"]["tokens_per_s"] > 0
     policy = result["cost_aware"]  # the default policy with the real verifier, and the device's cost table
     assert policy["tokens_per_s"] > 0 and len(policy["verify_ms"]) == 16 and policy["policy"]["policy"] == "cost-aware"
     trees = result["trees"]  # JSON keys: the budgets
