@@ -266,20 +266,28 @@ def cost_aware(generator, prompts, new_tokens):
 
 
 def trees(generator, prompts, args):
-    """Token trees of each budget (the static loop, eager, the head on, the fixed policy): a block's milliseconds and
-    tokens/s, and whether the tree's greedy tokens equal the chain's. Random weights accept little, so the figure
-    that matters is the block's cost against the chain's: what a verify of N + 1 tokens and the tree's growth cost
-    on this device."""
+    """Token trees of each budget (the static loop, the head on, the fixed policy): a block's milliseconds and
+    tokens/s, and whether the tree's greedy tokens equal the chain's; with ``--compile`` also ``graphs``, the tree's
+    verify compiled (its growth stays eager). Random weights accept little, so the figure that matters is the block's
+    cost against the chain's: what a verify of N + 1 tokens and the tree's growth cost on this device."""
     chain = run_loop(generator, prompts[0], args.new_tokens, args.block_size, True)[0].sequences
+
+    def timed_tree():
+        row = measure(generator, prompts, args.new_tokens, args.block_size, True, args.repeats)
+        row["greedy_equals_chain"] = torch.equal(
+            run_loop(generator, prompts[0], args.new_tokens, args.block_size, True)[0].sequences, chain)
+        return row
+
     rows = {}
     for budget in args.tree_budgets:
         generator.tree = TreeSettings(budget, DEFAULT_BRANCHING)
         try:
-            rows[budget] = measure(generator, prompts, args.new_tokens, args.block_size, True, args.repeats)
-            rows[budget]["greedy_equals_chain"] = torch.equal(
-                run_loop(generator, prompts[0], args.new_tokens, args.block_size, True)[0].sequences, chain)
+            rows[budget] = timed_tree()
+            if args.compile:
+                generator.compile = True
+                rows[budget]["graphs"] = attempt(timed_tree)
         finally:
-            generator.tree = None
+            generator.tree, generator.compile = None, False
     return rows
 
 
@@ -411,6 +419,12 @@ def print_table(result):
     if "verify_ms" in policy:
         print(f"cost-aware policy: {rate(policy)}; verify ms by width {[round(ms, 2) for ms in policy['verify_ms']]}, "
               f"draft {policy['draft_ms']:.2f} ms; {describe_policy(policy['policy'])}")
+    for budget, tree in result.get("trees", {}).items():
+        if "block_ms" in tree:
+            graphs = tree.get("graphs", {})
+            print(f"tree of {budget} nodes: {tree['block_ms']:.2f} ms a block, {rate(tree)}"
+                  + (f"; verify compiled: {graphs['block_ms']:.2f} ms, {rate(graphs)}" if "block_ms" in graphs else
+                     f"; verify compiled: {graphs['error']}" if graphs else ""))
     print(header)
     for row in result["rows"]:
         for label in [key for key in row if isinstance(row[key], dict)]:

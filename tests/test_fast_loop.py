@@ -475,3 +475,5 @@ def test_gpu_bench_script_writes_every_row_on_smoke_shapes(tmp_path):
     trees = result["trees"]  # JSON keys: the budgets
     assert sorted(trees) == ["4", "8"]
     assert all(tree["greedy_equals_chain"] is True and tree["block_ms"] > 0 for tree in trees.values())
+    assert all(tree["graphs"]["greedy_equals_chain"] is True and tree["graphs"]["block_ms"] > 0
+               for tree in trees.values())  # the tree's verify compiled

@@ -406,3 +406,48 @@ def test_cost_aware_trees_stay_exact_for_a_left_padded_batch_and_at_t_above_0(sm
         settings = dict(max_new_tokens=20, do_sample=True, temperature=0.8, top_k=0, seed=seed)
         assert torch.equal(generator.generate(prompt, policy=shape_policy(), **settings),
                            generator.generate(prompt, block_size=1, **settings))
+
+
+def test_compiled_trees_are_exact_with_a_graph_per_tree_size(small):
+    """``generator.compile = True``: the tree's verify is a graph of its own per tree size (inductor on CPU, CUDA
+    graphs on CUDA), its growth eager. Greedy gives the target's tokens with the eager trees' acceptance, and another
+    prompt compiles nothing new; with the policy mixing trees and chains, each shape keeps its graphs and the tokens
+    stay the target's; at T > 0 a seed gives the text of plain sampling."""
+    from torch._dynamo.utils import counters
+
+    torch._dynamo.reset()  # count this test's graphs from zero, whatever ran before it
+    target = small["qwen3"]
+    drafter = make_dflash(4, SMALL_VOCAB - 1, vocab=SMALL_VOCAB, seed=5)
+
+    def trees():
+        return DeLSGenerator(target, drafter, small["head"], small["tokenizer"], copy_ngram=2, tree_budget=16,
+                             tree_branching=4, policy="fixed")
+
+    eager, compiled = trees(), trees()
+    compiled.compile = True
+    graphs = []
+    for input_ids in small_prompts(count=2):
+        expected = target.generate(input_ids, max_new_tokens=30, do_sample=False)
+        out = compiled.generate(input_ids, max_new_tokens=30, return_dict_in_generate=True)
+        assert torch.equal(out.sequences, expected)
+        assert out.acceptance_lengths == eager.generate(input_ids, max_new_tokens=30,
+                                                        return_dict_in_generate=True).acceptance_lengths
+        graphs.append(counters["stats"]["unique_graphs"])
+    assert graphs == [1, 1]  # one tree size under the fixed policy, and no new graph for the second prompt
+    assert sum(counters["graph_break"].values()) == 0
+
+    mixed = DeLSGenerator(target, drafter, small["head"], small["tokenizer"], copy_ngram=2, tree_budget=8)
+    mixed.compile = True
+    tree_blocks, drafted_blocks = 0, 0
+    for input_ids in small_prompts(count=3):
+        expected = target.generate(input_ids, max_new_tokens=30, do_sample=False)
+        out = mixed.generate(input_ids, max_new_tokens=30, return_dict_in_generate=True, policy=shape_policy())
+        assert torch.equal(out.sequences, expected)
+        tree_blocks += out.policy_summary["tree_blocks"]
+        drafted_blocks += out.policy_summary["drafted_blocks"]
+    assert 0 < tree_blocks < drafted_blocks  # both shapes ran
+    # At most: the first call's tree of 16 nodes, the chain's widths 1..4, the draft step and the tree of 8 nodes.
+    assert counters["stats"]["unique_graphs"] <= 1 + 4 + 1 + 1
+    for seed, input_ids in enumerate(small_prompts(count=2)):
+        settings = dict(max_new_tokens=20, do_sample=True, temperature=0.8, top_k=0, seed=seed)
+        assert torch.equal(compiled.generate(input_ids, **settings), eager.generate(input_ids, block_size=1, **settings))

@@ -45,7 +45,16 @@ from ..sampling import Warping, choose, keyed_sample, warp_probs
 from ..verify import committed, to_host, verify_block, verify_match
 from .decode_state import FAST_ATTENTION, DecodeState, PaddedDraft, realigned
 from .drafting import context_features, propose
-from .graph_steps import Drafting, compiled, draft_step, eager_hidden, graph_warping, static, verify_step
+from .graph_steps import (
+    Drafting,
+    compiled,
+    draft_step,
+    eager_hidden,
+    graph_warping,
+    static,
+    verify_step,
+    verify_tree_step,
+)
 from .output import DecodeResult
 from .policy import COPIED, DRAFTED, PLAIN, FixedBlocks, PolicyStats
 from .settings import DecodeSettings
@@ -94,7 +103,7 @@ def speculative_decode(
                                     "decoding and the DynamicCache path run one row at a time for now)")
     tree = settings.tree if k > 0 else None
     if tree is not None:
-        check_tree_decoding(settings, static_cache, compile)
+        check_tree_decoding(settings, static_cache)
     layer_ids = drafter.config.target_layer_ids
     embed = target.get_input_embeddings()
     lm_head = target.get_output_embeddings() if lm_head is None else lm_head
@@ -131,6 +140,7 @@ def speculative_decode(
                                  sampled_drafts=sampled_drafts, confidence=width_from_drafts)
     verify = compiled(verify_step, device) if compile else verify_step
     node_index = torch.arange(tree.budget + 1, device=device) if tree is not None else None
+    verify_tree = compiled(verify_tree_step, device) if compile and tree is not None else verify_step
     draft_graph = compiled(draft_step, device) if graph_draft else None
 
     # 1. Prefill (eager, any length): the target reads the prompts and commits each row's first token. A padded
@@ -234,7 +244,7 @@ def speculative_decode(
         # slots of its positions).
         if grown is not None:
             tokens, n_accepted, path, hidden_states = verify_tree_block(
-                verify, target, grown, state, cache_arg, block_positions, node_index, k,
+                verify_tree, target, grown, state, cache_arg, block_positions, node_index, k,
                 (key, row_ids, warping) if match else None)
             width_now = k + 1
         else:

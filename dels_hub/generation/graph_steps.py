@@ -1,6 +1,7 @@
 """The decode loop's two per-block steps, at fixed shapes: the functions ``torch.compile`` turns into (CUDA) graphs.
 
-* ``verify_step``: one target forward over ``[anchor, drafts]`` through the target's cache (mask included).
+* ``verify_step``: one target forward over ``[anchor, drafts]`` through the target's cache (mask included);
+  ``verify_tree_step``, the same over a token tree.
 * ``draft_step``: one DFlash forward over the context and the block, then the head/fusion/sampling loop over the
   block. Its shapes do not depend on how many drafts the last block accepted: the context is always the last
   verify's ``block_size`` rows, and the rejected ones are written to trash slots that no mask reaches. Sampling
@@ -71,6 +72,13 @@ def verify_step(model, ids, positions, cache, cache_arg: str, logits_to_keep: in
                 **cache.forward_inputs(positions, model, cache_arg, slots, mask),
                 use_cache=True, output_hidden_states=True, logits_to_keep=logits_to_keep)
     return out.logits, out.hidden_states
+
+
+def verify_tree_step(model, ids, positions, cache, cache_arg: str, slots, mask):
+    """``verify_step`` over a token tree: its own function, so that compiled it keeps its own graphs (one per tree
+    size, a few per call: the budget ladder) apart from the chain's verify widths, and neither crowds the other out
+    of dynamo's recompile limit."""
+    return verify_step(model, ids, positions, cache, cache_arg, slots=slots, mask=mask)
 
 
 def draft_step(drafting: Drafting, features, context_positions, context_real, block, block_positions, cache, races,

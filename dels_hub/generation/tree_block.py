@@ -12,13 +12,13 @@ from .settings import DecodeSettings
 from .tree import DraftTree, TreeSettings, grow_tree, tree_mask
 
 
-def check_tree_decoding(settings: DecodeSettings, static_cache: bool, compile: bool) -> None:
-    """Trees need the static cache (a tree is a mask over its slots), run eagerly, and verify top-token drafts
-    (sampled trees would need multi-draft rejection sampling)."""
+def check_tree_decoding(settings: DecodeSettings, static_cache: bool) -> None:
+    """Trees need the static cache (a tree is a mask over its slots) and verify top-token drafts (sampled trees would
+    need multi-draft rejection sampling). Compiled, the tree's verify is a graph per tree size; its growth is eager."""
     budget = settings.tree.budget
-    if not static_cache or compile:
-        raise UnsupportedInputError(f"tree_budget={budget} needs the static cache without compile; this call has "
-                                    f"static_cache={static_cache}, compile={compile}")
+    if not static_cache:
+        raise UnsupportedInputError(f"tree_budget={budget} needs the static cache (a tree is a mask over its slots); "
+                                    f"this call has static_cache=False")
     if not settings.warping.greedy and settings.draft_mode != "top":
         raise UnsupportedInputError(f"tree_budget={budget} at T > 0 verifies top-token drafts: use draft_mode='top', "
                                     f"got {settings.draft_mode!r}")
