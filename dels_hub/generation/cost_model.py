@@ -129,12 +129,14 @@ def describe_model(model) -> dict:
 
 
 def calibration_key(target, drafter, head, *, block_size: int, batch: int, copy: bool, draft_vocab: int | None,
-                    compile: bool) -> dict:
-    """Everything a cost table depends on; its hash names the cache file."""
+                    compile: bool, packed: tuple[int, ...] = ()) -> dict:
+    """Everything a cost table depends on; its hash names the cache file. ``packed``: the verify widths that run on
+    packed weights (``packed_weights.py``)."""
     return {"device": describe_device(target.device), "dtype": str(target.dtype).removeprefix("torch."),
             "threads": torch.get_num_threads(), "batch": batch, "block_size": block_size,
             "target": describe_model(target), "drafter": describe_model(drafter), "head": describe_model(head),
-            "copy": copy, "draft_vocab": draft_vocab, "compile": compile, "torch": torch.__version__}
+            "copy": copy, "draft_vocab": draft_vocab, "compile": compile, "packed": list(packed),
+            "torch": torch.__version__}
 
 
 def cache_path(key: dict) -> Path:

@@ -77,6 +77,7 @@ def speculative_decode(
     workspace: dict | None = None,
     lm_head: torch.nn.Module | None = None,
     policy=None,
+    packed=None,
 ) -> DecodeResult:
     """Generate up to ``settings.max_new_tokens`` after each row of ``input_ids [B, N]``; ``block_size=1`` is plain
     decoding.
@@ -89,8 +90,9 @@ def speculative_decode(
     cache-length bucket and verify width. ``workspace``, a dict the caller keeps between compiled calls, lets the
     caches be reused, so that CUDA graphs recorded against their addresses are replayed. ``lm_head`` scores the drafts
     (default: the target's; a ``DraftVocabulary`` prunes them). ``policy`` decides per block whether to draft and how
-    many drafts to verify (``policy.py``; default ``FixedBlocks``: every block, every draft). Greedy output is the same
-    in every mode; sampling is distributed the same.
+    many drafts to verify (``policy.py``; default ``FixedBlocks``: every block, every draft). ``packed``: a
+    ``PackedLinears`` whose widths' verifies run on packed weights (``packed_weights.py``; None: as loaded). Greedy
+    output is the same in every mode; sampling is distributed the same.
     """
     device, (batch, width) = input_ids.device, input_ids.shape
     warping, stop_ids, max_new_tokens = settings.warping, settings.stop_ids, settings.max_new_tokens
@@ -139,6 +141,8 @@ def speculative_decode(
                                  workspace={} if workspace is None else workspace, trash=width if padding else 0,
                                  sampled_drafts=sampled_drafts, confidence=width_from_drafts)
     verify = compiled(verify_step, device) if compile else verify_step
+    if packed is not None:  # the drafts' verify on weights packed for its width; the prefill and trees as loaded
+        verify = packed.wrap(verify)
     node_index = torch.arange(tree.budget + 1, device=device) if tree is not None else None
     verify_tree = compiled(verify_tree_step, device) if compile and tree is not None else verify_step
     draft_graph = compiled(draft_step, device) if graph_draft else None

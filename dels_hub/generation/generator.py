@@ -27,6 +27,7 @@ from .generate_arguments import (
 )
 from .graph_steps import Drafting, compiled, draft_step, verify_step
 from .output import DeLSGenerateOutput
+from .packed_weights import PackedLinears, auto_widths, checked_packed_widths, packed_linears, packing_available
 from .policy import POLICIES, is_policy, make_policy
 from .settings import DecodeSettings, checked_block_size
 from .tree import DEFAULT_BRANCHING, checked_tree
@@ -63,7 +64,8 @@ class DeLSGenerator:
 
     def __init__(self, target, drafter, head=None, tokenizer=None, *, alpha=None, beta=None, pure_prefix_len=None,
                  copy_ngram: int = 0, copy_gamma=DEFAULT_GAMMA, draft_vocab=None, policy: str = "cost-aware",
-                 draft_mode: str = "top", tree_budget: int | None = None, tree_branching: int = DEFAULT_BRANCHING):
+                 draft_mode: str = "top", tree_budget: int | None = None, tree_branching: int = DEFAULT_BRANCHING,
+                 packed_widths="auto"):
         check_compatibility(target, drafter, head, tokenizer)
         for name, part in (("drafter", drafter), ("head", head)):
             if part is not None and part.dtype != target.dtype:  # else a matmul fails mid-generation
@@ -88,6 +90,10 @@ class DeLSGenerator:
         self.policy = policy if is_policy(policy) else checked_choice("policy", policy, POLICIES)
         self.draft_mode = checked_choice("draft_mode", draft_mode, DRAFT_MODES)
         self.tree = checked_tree(tree_budget, tree_branching)
+        self.packed_widths = checked_packed_widths(packed_widths)
+        if self.packed_widths not in ("auto", ()) and not packing_available(target):
+            raise UnsupportedInputError(f"packed_widths={packed_widths!r} needs float32 weights on a CPU and a torch "
+                                        f"built with MKL; the target is {target.dtype} on {target.device}")
         self._policies: dict = {}  # one cost-aware policy per calibration key and draft mode: what it learned stays
         # Opt-in: compile the static loop's per-block steps, verify and draft + head (CUDA graphs on CUDA). Off until
         # measured on a GPU. Compiled on CUDA, seeded sampling draws differently from the eager loop (same
@@ -116,6 +122,7 @@ class DeLSGenerator:
         draft_mode: str = "top",
         tree_budget: int | None = None,
         tree_branching: int = DEFAULT_BRANCHING,
+        packed_widths="auto",
         **target_kwargs,
     ) -> "DeLSGenerator":
         """Load or adopt the three parts.
@@ -139,11 +146,15 @@ class DeLSGenerator:
             draft_mode: at T > 0, ``"top"`` (default) or ``"sampled"``.
             tree_budget: draft a token tree of this many nodes per block instead of a chain (None or 0: chains).
             tree_branching: children kept per expanded node of the tree.
+            packed_widths: verify widths whose linear products run on weights packed once for them (a copy of the
+                target's weights each; float32 on an x86 CPU, ``packed_weights.py``): ``"auto"`` (default: 4 and the
+                block size, when the copies stay under 4 GiB), a tuple of widths, or None for none.
         """
         if not is_policy(policy):
             checked_choice("policy", policy, POLICIES)  # before anything loads
         checked_choice("draft_mode", draft_mode, DRAFT_MODES)
         checked_tree(tree_budget, tree_branching)
+        checked_packed_widths(packed_widths)
         if head is None and isinstance(draft_vocab, int) and not isinstance(draft_vocab, bool):
             raise DraftVocabularyError(NO_HEAD_TO_COUNT.format(draft_vocab))
         if isinstance(target, (str, os.PathLike)):  # a bad path, or a folder with several GGUF files, fails here
@@ -162,7 +173,8 @@ class DeLSGenerator:
             head = head.to(**place)
         return cls(target, drafter, head, tokenizer, alpha=alpha, beta=beta, pure_prefix_len=pure_prefix_len,
                    copy_ngram=copy_ngram, copy_gamma=copy_gamma, draft_vocab=draft_vocab, policy=policy,
-                   draft_mode=draft_mode, tree_budget=tree_budget, tree_branching=tree_branching)
+                   draft_mode=draft_mode, tree_budget=tree_budget, tree_branching=tree_branching,
+                   packed_widths=packed_widths)
 
     @property
     def block_size(self) -> int:
@@ -255,7 +267,7 @@ class DeLSGenerator:
         result = speculative_decode(self.target, self.drafter, input_ids, settings, prompt_lengths=prompt_lengths,
                                     head=self.head, generator=generator, streamer=streamer,
                                     static_cache=static_cache, compile=self.compile, workspace=self._workspace,
-                                    lm_head=self.draft_lm_head,
+                                    lm_head=self.draft_lm_head, packed=self.packed(settings.block_size),
                                     policy=self.draft_policy(policy, settings, input_ids.shape[0], static_cache))
         if not (return_dict_in_generate or config.return_dict_in_generate):
             return result.sequences
@@ -285,7 +297,7 @@ class DeLSGenerator:
         key = calibration_key(self.target, self.drafter, self.head, block_size=settings.block_size, batch=batch,
                               copy=settings.copy_weights is not None,
                               draft_vocab=None if vocab is None else int(vocab.token_ids.numel()),
-                              compile=self.compile)
+                              compile=self.compile, packed=self._packed_widths(settings.block_size))
         mode = "greedy" if settings.warping.greedy else settings.draft_mode
         slot = (repr(key), mode)
         if slot not in self._policies:
@@ -312,8 +324,22 @@ class DeLSGenerator:
                             head.log_prior().to(self.device) if head is not None else None, settings.alpha,
                             settings.beta, settings.copy_weights, confidence=True)
         verify = compiled(verify_step, self.device) if self.compile and static_cache else verify_step
+        packed = self.packed(settings.block_size)
+        if packed is not None:
+            verify = packed.wrap(verify)
         return calibrate(self.target, drafting, block_size=settings.block_size, batch=batch,
                          static_cache=static_cache, verify=verify, draft=draft_step, key=key, widths=widths)
+
+    def _packed_widths(self, block_size: int) -> tuple[int, ...]:
+        """The verify widths packed in a call with ``block_size``: none compiled (inductor has its own kernels)."""
+        if self.compile:
+            return ()
+        return auto_widths(self.target, block_size) if self.packed_widths == "auto" else self.packed_widths
+
+    def packed(self, block_size: int) -> PackedLinears | None:
+        """The target's packed linear layers for a call with ``block_size`` (shared with every generator over the same
+        target), or None."""
+        return packed_linears(self.target, self._packed_widths(block_size))
 
     # -- validation at the boundary -------------------------------------------------------------------
 

@@ -1,0 +1,102 @@
+"""Verifies on weights packed per width (``generation/packed_weights.py``): the same products, the target's greedy
+output, only inside the loop's verify, and a calibration of their own."""
+
+import pytest
+import torch
+
+from dels_hub import DeLSGenerator
+from dels_hub.errors import GenerationArgumentError, UnsupportedInputError
+from dels_hub.generation.cost_model import calibration_key
+from dels_hub.generation.packed_weights import PackedLinears, auto_widths, packed_linears, packing_available
+
+from conftest import SMALL_VOCAB, make_dflash, make_target, small_prompts
+
+needs_mkl = pytest.mark.skipif(not packing_available(torch.nn.Linear(2, 2)), reason="needs a torch built with MKL")
+
+
+@needs_mkl
+@pytest.mark.parametrize("rows", [1, 3, 4, 8])
+def test_packed_products_equal_the_layers_own(rows):
+    layer = torch.nn.Linear(24, 40)
+    x = torch.randn(1, rows, 24)
+    packs = PackedLinears(torch.nn.Sequential(layer), (4, 8))
+    with packs:
+        out = layer(x)
+    assert torch.allclose(out, torch.nn.functional.linear(x, layer.weight, layer.bias), rtol=1e-5, atol=1e-6)
+    assert packs.hits == (1 if rows in (4, 8) else 0)  # other widths run as loaded
+    assert "forward" not in layer.__dict__  # nothing of the packs is left on the layer
+
+
+@needs_mkl
+def test_a_layers_own_forward_override_is_restored():
+    layer = torch.nn.Linear(8, 8)
+    own = layer.forward
+    layer.forward = own  # as accelerate's hooks do: an instance attribute
+    with PackedLinears(torch.nn.Sequential(layer), (4,)):
+        assert layer.forward is not own
+    assert layer.forward is own
+
+
+@needs_mkl
+@pytest.mark.parametrize("policy", ["fixed", "cost-aware"])
+def test_greedy_equals_the_target_with_packed_verifies_and_only_there(small, policy):
+    target = small["qwen3"]
+    drafter = make_dflash(4, SMALL_VOCAB - 1, vocab=SMALL_VOCAB, seed=5)
+    generator = DeLSGenerator(target, drafter, small["head"], small["tokenizer"], copy_ngram=2, policy=policy,
+                              packed_widths=(2, 4))
+    packs = generator.packed(4)
+    assert packs is packed_linears(target, (2, 4))  # shared by every generator over this target
+    for input_ids in small_prompts(count=3):
+        hits = packs.hits
+        expected = target.generate(input_ids, max_new_tokens=30, do_sample=False)
+        assert packs.hits == hits  # the target's own generate runs on its loaded weights
+        assert torch.equal(generator.generate(input_ids, max_new_tokens=30), expected)
+    if policy == "fixed":  # every block verifies 4 tokens
+        assert packs.hits > 0
+
+
+@needs_mkl
+def test_a_broken_pack_is_caught(small, monkeypatch):
+    """Negative control: packs of other weights (a shuffled copy) change the greedy output, so the test above can
+    fail."""
+    target = small["qwen3"]
+    drafter = make_dflash(4, SMALL_VOCAB - 1, vocab=SMALL_VOCAB, seed=5)
+    real_reorder = torch.ops.mkl._mkl_reorder_linear_weight
+
+    def shuffled(weight, rows):
+        return real_reorder(weight[torch.randperm(weight.shape[0], generator=torch.Generator().manual_seed(0))], rows)
+
+    monkeypatch.setattr(torch.ops.mkl, "_mkl_reorder_linear_weight", shuffled)
+    broken = PackedLinears(target, (4,))
+    generator = DeLSGenerator(target, drafter, None, small["tokenizer"], policy="fixed", packed_widths=None)
+    outputs = [generator.generate(input_ids, max_new_tokens=20) for input_ids in small_prompts(count=3)]
+    monkeypatch.setattr(generator, "packed", lambda block_size: broken)
+    assert any(not torch.equal(generator.generate(input_ids, max_new_tokens=20), out)
+               for input_ids, out in zip(small_prompts(count=3), outputs))
+
+
+def test_auto_packs_float32_cpu_targets_and_keys_their_calibration(small):
+    target = small["qwen3"]
+    drafter = make_dflash(8, SMALL_VOCAB - 1, vocab=SMALL_VOCAB, seed=5)
+    expected = (4, 8) if packing_available(target) else ()
+    assert auto_widths(target, 8) == expected
+    assert auto_widths(target, 4) == ((4,) if expected else ())
+    assert auto_widths(target, 1) == auto_widths(target, 3) == ()  # no block verifies 4 tokens
+    assert auto_widths(make_target("qwen3", vocab=SMALL_VOCAB).to(torch.bfloat16), 8) == ()  # MKL's is float32
+    generator = DeLSGenerator(target, drafter, None, small["tokenizer"])
+    generator.compile = True
+    assert generator._packed_widths(8) == ()  # compiled steps use inductor's own kernels
+    keys = [calibration_key(target, drafter, None, block_size=8, batch=1, copy=False, draft_vocab=None,
+                            compile=False, packed=packed) for packed in ((), (4, 8))]
+    assert keys[0] != keys[1]  # a packed loop's cost table is its own
+
+
+def test_packed_widths_are_checked_before_any_work(small):
+    target = small["qwen3"]
+    drafter = make_dflash(4, SMALL_VOCAB - 1, vocab=SMALL_VOCAB, seed=5)
+    for bad in ("always", (1,), (4, "8"), 4, (True,)):
+        with pytest.raises(GenerationArgumentError, match="packed_widths"):
+            DeLSGenerator(target, drafter, None, small["tokenizer"], packed_widths=bad)
+    with pytest.raises(UnsupportedInputError, match="float32"):
+        DeLSGenerator(make_target("qwen3", vocab=SMALL_VOCAB).to(torch.bfloat16), drafter.to(torch.bfloat16), None,
+                      small["tokenizer"], packed_widths=(4,))
