@@ -3,8 +3,8 @@
 MKL's sgemm runs ``F.linear`` (``x @ W.T``, with W stored ``[out, in]``) on a path that packs W again on every call
 once x has 4 rows or more. On SmolLM2-135M in float32 at one thread, a verify of 8 tokens cost 121 ms against 58 ms
 for one token, and ``aten::mm`` was 80% of it. Packed once per row count (MKL's packed GEMM, as inductor's freezing
-does for compiled CPU graphs), a verify of 4 tokens cost 69 ms instead of 90, and one of 8 cost 82 ms instead of 118
-(the calibrated cost tables behind ``results/smollm2/packed-verify/``).
+does for compiled CPU graphs), the loop's calibrated cost table read 73 ms instead of 92 for a verify of 4 tokens, and
+84 ms instead of 119 for one of 8 (the runs are in ``results/smollm2/packed-verify/``).
 
 Each packed width costs one more copy of the weights, so only a few are packed: by default 4 and the block size. The
 policy's cost table prices the other widths at their unpacked cost. Packing changes the order of the float sums, as
