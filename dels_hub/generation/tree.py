@@ -17,8 +17,8 @@ from dataclasses import dataclass, replace
 import torch
 
 from ..copy_expert import CopyChain
-from ..errors import GenerationArgumentError
-from ..fusion import fuse_logits
+from ..errors import FusionScheduleError, GenerationArgumentError
+from ..fusion import fuse_logits, fusion_weights
 
 # Children kept per expanded node. On SmolLM2 validation replays (scripts/tree_replay.py), 16 gave a tree of 32 nodes
 # +44% tau over the chain where 4 gave +30%: the drafter's first choice is often wrong, so the tree should fan out
@@ -30,14 +30,19 @@ DEFAULT_BRANCHING = 16
 class TreeSettings:
     """``budget`` drafted nodes per block (the root, the anchor, is not counted); each expanded node keeps its
     ``branching`` most probable children, and each depth expands its ``frontier`` most probable nodes (None: as many
-    as the budget, so that every node the budget can keep is expanded: exact best-first growth). ``temperature``
-    divides the fused logits that nodes are ranked by (not which children they have): above 1, a drafter that is
-    too sure of its first choice spends more of the budget on alternatives."""
+    as the budget, so that every node the budget can keep is expanded: exact best-first growth).
+
+    The tree's own fusion (``TreeFusion``, from the head's ``tree_fusion``) ranks the nodes: ``alpha`` and ``beta``
+    per depth (None: the chain's), and ``temperature`` (a scalar or one per depth) divides the fused logits. A
+    chain only needs the right first choice; a tree adds up path probabilities across depths, so it needs them
+    calibrated, and the fused distribution is too sure of itself (see ``TreeFusion``)."""
 
     budget: int
     branching: int = DEFAULT_BRANCHING
     frontier: int | None = None
-    temperature: float = 1.0
+    temperature: float | tuple[float, ...] = 1.0
+    alpha: tuple[float, ...] | None = None
+    beta: tuple[float, ...] | None = None
 
     @property
     def expanded(self) -> int:
@@ -58,9 +63,45 @@ def budget_ladder(tree: TreeSettings) -> list[TreeSettings]:
     return ladder
 
 
-def checked_tree(budget, branching=DEFAULT_BRANCHING) -> TreeSettings | None:
-    """``TreeSettings`` from a ``tree_budget`` (0 or None: chains) and ``tree_branching``, both integers >= 1, or
-    ``GenerationArgumentError`` naming the bad one."""
+@dataclass(frozen=True)
+class TreeFusion:
+    """How a head's trees rank their nodes: its config's ``tree_fusion``, ``{"alpha", "beta", "temperature"}``, each
+    a scalar or one value per fused position (alpha and beta as the head's own; missing: the head's alpha and beta,
+    temperature 1).
+
+    Tuned on validation replays (``scripts/tree_replay.py``), for the SmolLM2 drafter with the n-gram head: the
+    chain's alpha 0.7, beta 0.5 ranked trees of 16 nodes at +30% tau over the chain, alpha 1.0, beta 0.5 at
+    temperature 1.6 at +37%. DFlash alone ranks best at temperature 1: it is the product of two experts that is
+    overconfident, and ranking by it crowds the budget into one deep branch."""
+
+    alpha: tuple[float, ...] | None = None
+    beta: tuple[float, ...] | None = None
+    temperature: float | tuple[float, ...] = 1.0
+
+    @classmethod
+    def of_head(cls, config, pure_prefix_len: int, k: int) -> "TreeFusion":
+        """The ``tree_fusion`` of a head ``config`` (None, or no head: the chain's fusion at temperature 1) for ``k``
+        drafted depths, or ``FusionScheduleError`` naming the bad key or value."""
+        fusion = getattr(config, "tree_fusion", None) or {}
+        if not isinstance(fusion, dict) or set(fusion) - {"alpha", "beta", "temperature"}:
+            raise FusionScheduleError(f"tree_fusion must be a dict with keys among alpha, beta and temperature, got "
+                                      f"{fusion!r}")
+        alpha, beta = fusion_weights(fusion.get("alpha", 0.0), fusion.get("beta", 0.0), pure_prefix_len, k)
+        temperature = fusion.get("temperature", 1.0)
+        scalar = isinstance(temperature, (int, float)) and not isinstance(temperature, bool)
+        values = [temperature] * k if scalar else temperature
+        if not isinstance(values, (list, tuple)) or len(values) < k or not all(
+                isinstance(t, (int, float)) and not isinstance(t, bool) and 0 < t < float("inf") for t in values):
+            raise FusionScheduleError(f"tree_fusion temperature must be a float > 0 or a list of one per depth (at "
+                                      f"least {k}), got {temperature!r}")
+        return cls(tuple(alpha.tolist()) if "alpha" in fusion else None,
+                   tuple(beta.tolist()) if "beta" in fusion else None,
+                   float(temperature) if scalar else tuple(float(t) for t in values[:k]))
+
+
+def checked_tree(budget, branching=DEFAULT_BRANCHING, fusion: TreeFusion = TreeFusion()) -> TreeSettings | None:
+    """``TreeSettings`` ranked by ``fusion`` from a ``tree_budget`` (0 or None: chains) and ``tree_branching``, both
+    integers >= 1, or ``GenerationArgumentError`` naming the bad one."""
     def integer(value, least: int) -> bool:
         return isinstance(value, int) and not isinstance(value, bool) and value >= least
 
@@ -68,7 +109,7 @@ def checked_tree(budget, branching=DEFAULT_BRANCHING) -> TreeSettings | None:
         raise GenerationArgumentError(f"tree_budget must be an integer >= 1 (0 or None: chains), got {budget!r}")
     if not integer(branching, 1):
         raise GenerationArgumentError(f"tree_branching must be an integer >= 1, got {branching!r}")
-    return TreeSettings(budget, branching) if budget else None
+    return TreeSettings(budget, branching, None, fusion.temperature, fusion.alpha, fusion.beta) if budget else None
 
 
 @dataclass
@@ -106,10 +147,16 @@ def grow_tree(
     times the log prior, plus the copy vote from the path's own suffix) gives its ``branching`` most probable
     children. Then the ``budget`` best of all candidates are kept. A child is never more probable than its parent, so
     the kept set is a tree (ties go to the shallower node). ``head_state``: the state the head reads the anchor from,
-    as in ``drafting.propose``.
+    as in ``drafting.propose``. ``settings.alpha`` and ``settings.beta``, where given, take the place of ``alpha``
+    and ``beta`` (the chain's).
     """
     rows, k, _ = dflash_logits.shape
     device = dflash_logits.device
+    alpha = alpha if settings.alpha is None else settings.alpha
+    beta = beta if settings.beta is None else settings.beta
+    temperatures = settings.temperature
+    if isinstance(temperatures, (int, float)):
+        temperatures = (temperatures,) * k
     wide = min(settings.branching, settings.budget)
     # The frontier: the nodes expanded at the next depth, ``width`` per row, as candidate ids, scores and states.
     frontier = torch.zeros((rows, 1), dtype=torch.long, device=device)
@@ -132,8 +179,8 @@ def grow_tree(
         if copy is not None:
             copied, gamma = copy.branch_candidates(matches)
             logits = logits.scatter_add(2, copied.unsqueeze(-1), gamma.unsqueeze(-1))
-        if settings.temperature != 1.0:
-            logits = logits / settings.temperature
+        if temperatures[depth - 1] != 1.0:
+            logits = logits / temperatures[depth - 1]
         top_logp, top_ids = logits.log_softmax(-1).topk(wide, dim=-1)  # [B, F, c]: distinct tokens per node
         child_score = (score.unsqueeze(-1) + top_logp.double()).flatten(1)  # [B, F * c]
         child_ids = top_ids.flatten(1)

@@ -27,7 +27,8 @@ KINDS = ("raw", "cont")
 
 class NGramHeadConfig(PretrainedConfig):
     """Sizes of an n-gram head's tables (``table_sizes``: ``"raw3": contexts``, ...; ``table_entries``: their next
-    tokens, ``"raw3": entries``), how they were pruned, and what every head carries: fusion defaults and the
+    tokens, ``"raw3": entries``), how they were pruned, and what every head carries: fusion defaults (``alpha``,
+    ``beta``, ``pure_prefix_len`` for chains, ``tree_fusion`` for trees: ``generation.tree.TreeFusion``) and the
     tokenizer family's fingerprint."""
 
     model_type = "dels_ngram_head"
@@ -36,7 +37,8 @@ class NGramHeadConfig(PretrainedConfig):
                  table_sizes: dict | None = None, table_entries: dict | None = None, block_size: int = 16,
                  unigram_smoothing: float = 1.0,
                  alpha: float | list[float] = 0.3, beta: float | list[float] = 0.3, pure_prefix_len: int = 1,
-                 tokenizer_fingerprint: dict | None = None, context_tokens: int = 0, **kwargs):
+                 tokenizer_fingerprint: dict | None = None, context_tokens: int = 0, tree_fusion: dict | None = None,
+                 **kwargs):
         if not 0 <= context_tokens <= order - 2:
             raise ValueError(f"context_tokens must be between 0 and order - 2 = {order - 2} (the state holds "
                              f"order - 1 tokens, the anchor among them), got {context_tokens}")
@@ -48,6 +50,7 @@ class NGramHeadConfig(PretrainedConfig):
         self.table_entries = dict(table_entries or {})
         self.block_size, self.unigram_smoothing = block_size, unigram_smoothing
         self.alpha, self.beta, self.pure_prefix_len = alpha, beta, pure_prefix_len
+        self.tree_fusion = tree_fusion
         self.tokenizer_fingerprint = tokenizer_fingerprint
         super().__init__(**kwargs)
 
