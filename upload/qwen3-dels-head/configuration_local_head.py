@@ -16,6 +16,8 @@ class DeLSLocalHeadConfig(PreTrainedConfig):
         alpha: fusion weight of the head, a scalar or one value per fused position.
         beta: fusion weight of the unigram-prior correction, as ``alpha``.
         pure_prefix_len: leading draft positions that take the DFlash logits alone.
+        tree_fusion: how token trees rank their nodes, ``{"alpha", "beta", "temperature"}`` (each optional; None:
+            the chain's alpha and beta at temperature 1), tuned for trees as alpha and beta are for chains.
         tokenizer_fingerprint: ``{"vocab_size", "sha256", ...}`` of the tokenizer family, checked against
             the target's tokenizer before generation.
     """
@@ -33,6 +35,7 @@ class DeLSLocalHeadConfig(PreTrainedConfig):
         alpha: float | list[float] = 0.3,
         beta: float | list[float] = 0.3,
         pure_prefix_len: int = 1,
+        tree_fusion: dict | None = None,
         tokenizer_fingerprint: dict | None = None,
         initializer_range: float = 0.02,
         **kwargs,
@@ -46,6 +49,7 @@ class DeLSLocalHeadConfig(PreTrainedConfig):
         self.alpha = alpha
         self.beta = beta
         self.pure_prefix_len = pure_prefix_len
+        self.tree_fusion = tree_fusion
         self.tokenizer_fingerprint = tokenizer_fingerprint
         self.initializer_range = initializer_range
         kwargs.setdefault("tie_word_embeddings", False)
