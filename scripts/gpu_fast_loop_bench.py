@@ -31,7 +31,7 @@ from dels_hub import DeLSGenerator, DeLSLocalHead, DeLSLocalHeadConfig, DFlashCo
 from dels_hub.generation import decode
 from dels_hub.generation.decode_state import static_cache_supported
 from dels_hub.generation.policy import describe_policy, pooled
-from dels_hub.generation.tree import DEFAULT_BRANCHING, TreeSettings
+from dels_hub.generation.tree import DEFAULT_BRANCHING, checked_tree
 
 # Published Qwen3 shapes (config.json of Qwen/Qwen3-4B and Qwen/Qwen3-8B).
 SHAPES = {
@@ -280,7 +280,7 @@ def trees(generator, prompts, args):
 
     rows = {}
     for budget in args.tree_budgets:
-        generator.tree = TreeSettings(budget, DEFAULT_BRANCHING)
+        generator.tree = checked_tree(budget, DEFAULT_BRANCHING, generator.tree_fusion)  # as generate builds it
         try:
             rows[budget] = timed_tree()
             if args.compile:

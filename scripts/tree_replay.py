@@ -22,6 +22,7 @@ import argparse
 import json
 import shlex
 import sys
+from dataclasses import replace
 
 import torch
 from tqdm.auto import tqdm
@@ -48,8 +49,9 @@ def shape(text: str, fusion: TreeFusion | None = None) -> TreeSettings | None:
     fusion = fusion or TreeFusion()
     text, _, temperature = text.partition("/")
     budget, branching, *frontier = (int(part) for part in text.split(":"))
-    return TreeSettings(budget, branching, frontier[0] if frontier else None,
-                        float(temperature) if temperature else fusion.temperature, fusion.alpha, fusion.beta)
+    if temperature:
+        fusion = replace(fusion, temperature=float(temperature))
+    return TreeSettings(budget, branching, frontier[0] if frontier else None, fusion)
 
 
 @torch.inference_mode()

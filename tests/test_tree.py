@@ -100,10 +100,10 @@ def test_a_ranking_temperature_trades_depth_for_breadth_and_keeps_each_nodes_chi
     logits = torch.zeros((1, k, vocab))
     logits[0, :, 1] = 6.0  # token 1 first at every depth, by far
     chain = grow_tree(logits, torch.tensor([0]), TreeSettings(3, vocab))
-    wide = grow_tree(logits, torch.tensor([0]), TreeSettings(3, vocab, temperature=50.0))
+    wide = grow_tree(logits, torch.tensor([0]), TreeSettings(3, vocab, fusion=TreeFusion(temperature=50.0)))
     assert chain.depths[0].tolist() == [0, 1, 2, 3] and chain.tokens[0, 1:].tolist() == [1, 1, 1]
     assert wide.depths[0].tolist() == [0, 1, 1, 1] and int(wide.tokens[0, 1]) == 1
-    everything = [grow_tree(logits, torch.tensor([0]), TreeSettings(500, 2, temperature=t)) for t in (1.0, 50.0)]
+    everything = [grow_tree(logits, torch.tensor([0]), TreeSettings(500, 2, fusion=TreeFusion(temperature=t))) for t in (1.0, 50.0)]
     assert [sorted(tree.tokens[0].tolist()) for tree in everything][0] == sorted(everything[1].tokens[0].tolist())
 
 
@@ -113,21 +113,21 @@ def test_a_temperature_per_depth_widens_only_its_depth():
     vocab, k = 6, 3
     logits = torch.zeros((1, k, vocab))
     logits[0, :, 1] = 6.0
-    uniform = grow_tree(logits, torch.tensor([0]), TreeSettings(3, vocab, temperature=(1.0, 1.0, 1.0)))
-    at_two = grow_tree(logits, torch.tensor([0]), TreeSettings(3, vocab, temperature=(1.0, 50.0, 50.0)))
+    uniform = grow_tree(logits, torch.tensor([0]), TreeSettings(3, vocab, fusion=TreeFusion(temperature=(1.0, 1.0, 1.0))))
+    at_two = grow_tree(logits, torch.tensor([0]), TreeSettings(3, vocab, fusion=TreeFusion(temperature=(1.0, 50.0, 50.0))))
     assert uniform.depths[0].tolist() == [0, 1, 2, 3]
     assert at_two.depths[0].tolist() == [0, 1, 2, 2] and at_two.parents[0].tolist() == [0, 0, 1, 1]
 
 
 def test_a_trees_own_fusion_weights_replace_the_chains():
-    """``TreeSettings.alpha``/``beta`` (a head's ``tree_fusion``) rank the tree in place of the chain's weights: the
+    """A ``TreeFusion``'s alpha and beta (a head's ``tree_fusion``) rank the tree in place of the chain's weights: the
     same tree as the chain's weights set to them, and a different one from the chain's own."""
     tokenizer = make_tokenizer(SMALL_VOCAB - 2)
     head = make_head(tokenizer, vocab=SMALL_VOCAB - 2, alpha=0.8, beta=0.3)
     logits = random_logits(rows=1, k=3, vocab=SMALL_VOCAB, seed=4)
     anchor, prior = torch.tensor([2]), head.log_prior()
     chain_alpha, chain_beta = torch.zeros(3), torch.zeros(3)
-    own = grow_tree(logits, anchor, TreeSettings(8, 3, alpha=(4.0,) * 3, beta=(0.3,) * 3), head, prior,
+    own = grow_tree(logits, anchor, TreeSettings(8, 3, fusion=TreeFusion((4.0,) * 3, (0.3,) * 3)), head, prior,
                     chain_alpha, chain_beta)
     same = grow_tree(logits, anchor, TreeSettings(8, 3), head, prior, torch.full((3,), 4.0), torch.full((3,), 0.3))
     chains = grow_tree(logits, anchor, TreeSettings(8, 3), head, prior, chain_alpha, chain_beta)
@@ -226,7 +226,7 @@ def test_tree_greedy_equals_target_greedy(small, budget, branching, with_head, c
         head.config.tree_fusion = {"alpha": 2.0, "beta": 0.1, "temperature": [1.5, 0.7, 2.0]}
     generator = DeLSGenerator(target, drafter, head, small["tokenizer"],
                               copy_ngram=copy_ngram, tree_budget=budget, tree_branching=branching, policy="fixed")
-    assert generator.tree.temperature == ((1.5, 0.7, 2.0) if with_head == "tree fusion" else 1.0)
+    assert generator.tree.fusion.temperature == ((1.5, 0.7, 2.0) if with_head == "tree fusion" else 1.0)
     chain = DeLSGenerator(target, drafter, head, small["tokenizer"], copy_ngram=copy_ngram, policy="fixed")
     tree_lengths, chain_lengths = [], []
     for input_ids in small_prompts(count=4):

@@ -27,47 +27,11 @@ DEFAULT_BRANCHING = 16
 
 
 @dataclass(frozen=True)
-class TreeSettings:
-    """``budget`` drafted nodes per block (the root, the anchor, is not counted); each expanded node keeps its
-    ``branching`` most probable children, and each depth expands its ``frontier`` most probable nodes (None: as many
-    as the budget, so that every node the budget can keep is expanded: exact best-first growth).
-
-    The tree's own fusion (``TreeFusion``, from the head's ``tree_fusion``) ranks the nodes: ``alpha`` and ``beta``
-    per depth (None: the chain's), and ``temperature`` (a scalar or one per depth) divides the fused logits. A
-    chain only needs the right first choice; a tree adds up path probabilities across depths, so it needs them
-    calibrated, and the fused distribution is too sure of itself (see ``TreeFusion``)."""
-
-    budget: int
-    branching: int = DEFAULT_BRANCHING
-    frontier: int | None = None
-    temperature: float | tuple[float, ...] = 1.0
-    alpha: tuple[float, ...] | None = None
-    beta: tuple[float, ...] | None = None
-
-    @property
-    def expanded(self) -> int:
-        return self.budget if self.frontier is None else self.frontier
-
-
-# The cost-aware policy chooses each block's budget among the call's and its halves down to this (and the chain).
-MIN_LADDER_BUDGET = 8
-
-
-def budget_ladder(tree: TreeSettings) -> list[TreeSettings]:
-    """The trees the cost-aware policy chooses among in a call with ``tree``: its budget, then each half of it down to
-    ``MIN_LADDER_BUDGET`` (a budget below that is the call's own), largest first."""
-    ladder, budget = [tree], tree.budget // 2
-    while budget >= MIN_LADDER_BUDGET:
-        ladder.append(replace(tree, budget=budget))
-        budget //= 2
-    return ladder
-
-
-@dataclass(frozen=True)
 class TreeFusion:
     """How a head's trees rank their nodes: its config's ``tree_fusion``, ``{"alpha", "beta", "temperature"}``, each
     a scalar or one value per fused position (alpha and beta as the head's own; missing: the head's alpha and beta,
-    temperature 1).
+    temperature 1). The temperature divides the fused logits that a tree ranks and chooses children by. A chain only
+    needs the right first choice; a tree adds up path probabilities across depths, so it needs them calibrated.
 
     Tuned on validation replays (``scripts/tree_replay.py``), for the SmolLM2 drafter with the n-gram head: the
     chain's alpha 0.7, beta 0.5 ranked trees of 16 nodes at +30% tau over the chain, alpha 1.0, beta 0.5 at
@@ -99,6 +63,37 @@ class TreeFusion:
                    float(temperature) if scalar else tuple(float(t) for t in values[:k]))
 
 
+@dataclass(frozen=True)
+class TreeSettings:
+    """``budget`` drafted nodes per block (the root, the anchor, is not counted); each expanded node keeps its
+    ``branching`` most probable children, and each depth expands its ``frontier`` most probable nodes (None: as many
+    as the budget, so that every node the budget can keep is expanded: exact best-first growth). ``fusion`` ranks the
+    nodes (``TreeFusion``: the head's ``tree_fusion``; the default, the chain's fusion at temperature 1)."""
+
+    budget: int
+    branching: int = DEFAULT_BRANCHING
+    frontier: int | None = None
+    fusion: TreeFusion = TreeFusion()
+
+    @property
+    def expanded(self) -> int:
+        return self.budget if self.frontier is None else self.frontier
+
+
+# The cost-aware policy chooses each block's budget among the call's and its halves down to this (and the chain).
+MIN_LADDER_BUDGET = 8
+
+
+def budget_ladder(tree: TreeSettings) -> list[TreeSettings]:
+    """The trees the cost-aware policy chooses among in a call with ``tree``: its budget, then each half of it down to
+    ``MIN_LADDER_BUDGET`` (a budget below that is the call's own), largest first."""
+    ladder, budget = [tree], tree.budget // 2
+    while budget >= MIN_LADDER_BUDGET:
+        ladder.append(replace(tree, budget=budget))
+        budget //= 2
+    return ladder
+
+
 def checked_tree(budget, branching=DEFAULT_BRANCHING, fusion: TreeFusion = TreeFusion()) -> TreeSettings | None:
     """``TreeSettings`` ranked by ``fusion`` from a ``tree_budget`` (0 or None: chains) and ``tree_branching``, both
     integers >= 1, or ``GenerationArgumentError`` naming the bad one."""
@@ -109,7 +104,7 @@ def checked_tree(budget, branching=DEFAULT_BRANCHING, fusion: TreeFusion = TreeF
         raise GenerationArgumentError(f"tree_budget must be an integer >= 1 (0 or None: chains), got {budget!r}")
     if not integer(branching, 1):
         raise GenerationArgumentError(f"tree_branching must be an integer >= 1, got {branching!r}")
-    return TreeSettings(budget, branching, None, fusion.temperature, fusion.alpha, fusion.beta) if budget else None
+    return TreeSettings(budget, branching, fusion=fusion) if budget else None
 
 
 @dataclass
@@ -147,14 +142,15 @@ def grow_tree(
     times the log prior, plus the copy vote from the path's own suffix) gives its ``branching`` most probable
     children. Then the ``budget`` best of all candidates are kept. A child is never more probable than its parent, so
     the kept set is a tree (ties go to the shallower node). ``head_state``: the state the head reads the anchor from,
-    as in ``drafting.propose``. ``settings.alpha`` and ``settings.beta``, where given, take the place of ``alpha``
-    and ``beta`` (the chain's).
+    as in ``drafting.propose``. ``settings.fusion``'s alpha and beta, where given, take the place of ``alpha`` and
+    ``beta`` (the chain's); its temperature divides the fused logits of each depth.
     """
     rows, k, _ = dflash_logits.shape
     device = dflash_logits.device
-    alpha = alpha if settings.alpha is None else settings.alpha
-    beta = beta if settings.beta is None else settings.beta
-    temperatures = settings.temperature
+    fusion = settings.fusion
+    alpha = alpha if fusion.alpha is None else fusion.alpha
+    beta = beta if fusion.beta is None else fusion.beta
+    temperatures = fusion.temperature
     if isinstance(temperatures, (int, float)):
         temperatures = (temperatures,) * k
     wide = min(settings.branching, settings.budget)
