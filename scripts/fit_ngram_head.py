@@ -15,11 +15,14 @@ import shlex
 import sys
 import time
 from pathlib import Path
+from types import SimpleNamespace
 
 import torch
 
+from dels_hub.errors import FusionScheduleError
 from dels_hub.files import save_pretrained_atomic, write_text_atomic
 from dels_hub.fingerprint import tokenizer_fingerprint
+from dels_hub.generation.tree import TreeFusion
 from dels_hub.heads.ngram import NGramHead
 from dels_hub.heads.ngram_head import NGramLocalHead
 from dels_hub.hub.card import write_card
@@ -49,6 +52,11 @@ def main() -> int:
     parser.add_argument("--alpha", type=float, default=None, help="fusion alpha (default: the recipe's)")
     parser.add_argument("--beta", type=float, default=None, help="fusion beta (default: the recipe's)")
     parser.add_argument("--pure-prefix-len", type=int, default=None, help="(default: the recipe's)")
+    parser.add_argument("--tree-fusion", type=json.loads, default=None, metavar="JSON",
+                        help="how the head's trees rank their nodes, e.g. "
+                             "'{\"alpha\": 1.0, \"beta\": 0.5, \"temperature\": 1.6}' (generation.tree.TreeFusion; "
+                             "default: none, trees rank by the chain fusion); tune one with scripts/tree_replay.py "
+                             "--tree-fusion")
     parser.add_argument("--output-dir", required=True)
     args = parser.parse_args()
     context_tokens = args.order - 2 if args.context_tokens is None else args.context_tokens
@@ -63,6 +71,11 @@ def main() -> int:
              "alpha": None if args.alpha is None else [args.alpha], "beta": None if args.beta is None else [args.beta]}
     overrides = {name: value for name, value in given.items() if value is not None}
     config = HeadTrainConfig(**read_recipe(HeadTrainConfig, args.recipe) | overrides)
+    if args.tree_fusion is not None:
+        try:  # before the counting, for every depth of the head's block (a per-depth list must cover them all)
+            TreeFusion.of_head(SimpleNamespace(tree_fusion=args.tree_fusion), 0, config.block_size - 1)
+        except FusionScheduleError as error:
+            parser.error(f"--tree-fusion: {error}")
     tokenizer = load_tokenizer(config.tokenizer, **({"gguf_file": config.gguf_file} if config.gguf_file else {}))
     started = time.perf_counter()
     train, _ = load_examples(config, tokenizer)
@@ -73,7 +86,7 @@ def main() -> int:
         unigram_smoothing=config.unigram_smoothing, tokenizer_fingerprint=fingerprint,
         alpha=config.alpha[0] if len(config.alpha) == 1 else list(config.alpha),
         beta=config.beta[0] if len(config.beta) == 1 else list(config.beta), pure_prefix_len=config.pure_prefix_len,
-        context_tokens=context_tokens,
+        context_tokens=context_tokens, tree_fusion=args.tree_fusion,
     )
     if args.save_dtype == "bf16":  # halves the tables; a head only proposes, the target decides every token
         for name, buffer in head.named_buffers():

@@ -118,3 +118,38 @@ def test_greedy_decoding_with_the_ngram_head_equals_the_targets(context_tokens, 
         input_ids, max_new_tokens=24, return_dict_in_generate=True, tree_budget=tree_budget)
     assert torch.equal(out.sequences, expected)
     assert max(max(lengths) for lengths in out.row_acceptance_lengths) > 1  # the random drafter alone gets none
+
+
+def test_the_fit_script_writes_the_tree_fusion_it_is_given_and_refuses_a_bad_one_before_counting(tmp_path):
+    """``scripts/fit_ngram_head.py --tree-fusion`` puts the ranking in the head's config, as trees read it; a bad one
+    (a key the fusion has no use for, or a per-depth list shorter than the head's block) stops the script before
+    anything is counted or written."""
+    import json
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    from dels_hub.generation.tree import TreeFusion
+
+    make_tokenizer(12).save_pretrained(tmp_path / "tokenizer")
+    (tmp_path / "text.jsonl").write_text("".join(
+        json.dumps({"text": " ".join(f"t{i}" for i in text)}) + "\n" for text in TEXTS))
+    (tmp_path / "head.toml").write_text(f'kind = "head"\ntokenizer = "{tmp_path / "tokenizer"}"\n'
+                                        f'data = "{tmp_path / "text.jsonl"}"\nfamily = "tiny"\nblock_size = 4\n')
+    script = Path(__file__).resolve().parent.parent / "scripts" / "fit_ngram_head.py"
+
+    def fit(out: str, fusion: str):
+        return subprocess.run([sys.executable, str(script), "--recipe", str(tmp_path / "head.toml"), "--order", "3",
+                               "--min-count", "1", "--tree-fusion", fusion, "--output-dir", str(tmp_path / out)],
+                              capture_output=True, text=True)
+
+    done = fit("good", '{"alpha": 1.0, "temperature": [1.5, 1.4, 1.3]}')
+    assert done.returncode == 0, done.stderr
+    config = load_head(str(tmp_path / "good")).config
+    assert config.tree_fusion == {"alpha": 1.0, "temperature": [1.5, 1.4, 1.3]}
+    assert TreeFusion.of_head(config, config.pure_prefix_len, 3).temperature == (1.5, 1.4, 1.3)
+    for out, fusion, named in (("key", '{"temp": 2}', "'temp': 2"), ("short", '{"temperature": [1.5, 1.4]}',
+                                                                    "at least 3")):
+        refused = fit(out, fusion)
+        assert refused.returncode == 2 and "--tree-fusion" in refused.stderr and named in refused.stderr
+        assert not (tmp_path / out).exists()
