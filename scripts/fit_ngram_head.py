@@ -73,7 +73,8 @@ def main() -> int:
     config = HeadTrainConfig(**read_recipe(HeadTrainConfig, args.recipe) | overrides)
     if args.tree_fusion is not None:
         try:  # before the counting, for every depth of the head's block (a per-depth list must cover them all)
-            TreeFusion.of_head(SimpleNamespace(tree_fusion=args.tree_fusion), 0, config.block_size - 1)
+            TreeFusion.of_head(SimpleNamespace(tree_fusion=args.tree_fusion), config.pure_prefix_len,
+                               config.block_size - 1)
         except FusionScheduleError as error:
             parser.error(f"--tree-fusion: {error}")
     tokenizer = load_tokenizer(config.tokenizer, **({"gguf_file": config.gguf_file} if config.gguf_file else {}))

@@ -54,6 +54,46 @@ def shape(text: str, fusion: TreeFusion | None = None) -> TreeSettings | None:
     return TreeSettings(budget, branching, frontier[0] if frontier else None, fusion)
 
 
+def accepted_lengths(sequence, prompt_len: int, k: int, drafted, head, settings: TreeSettings | None, prior, alpha,
+                     beta, copy_weights) -> list[int]:
+    """The tokens each block commits along ``sequence`` from ``prompt_len``: the tree of ``settings`` (None: the chain
+    of ``k`` drafts) grown from ``drafted(start)``, DFlash's ``[1, k, V]`` logits at anchor ``start``, and verified
+    on the sequence's own continuation."""
+    settings = settings or TreeSettings(k, 1, 1)  # a chain is the tree of one child per node
+    total, start, lengths = sequence.shape[1], prompt_len, []
+    while start + 1 < total:
+        copy = None if copy_weights is None else CopyChain(sequence, start, copy_weights)
+        primed = None if head is None else head_start(head, sequence, start)  # as the loop starts it
+        grown = grow_tree(drafted(start), sequence[:, start], settings, head, prior, alpha, beta, copy, primed)
+        truth = sequence[0, start + 1 : start + k + 2]
+        truth = torch.cat([truth, truth.new_full((k + 1 - truth.shape[0],), -1)])
+        # The target's choice after a node at depth d is the continuation's token d + 1 on the true path; elsewhere it
+        # does not matter (the node is not accepted, nor is any child of it).
+        choices = truth[grown.depths]
+        _, accepted, _ = verify_tree(choices, grown.tokens, grown.parents, grown.depths, grown.ancestors, k)
+        committed = min(int(accepted) + 1, total - start - 1)
+        lengths.append(committed)
+        start += committed
+    return lengths
+
+
+def drafts_at(drafter, embed, lm_head, features, sequence):
+    """``drafted(start)``: DFlash's ``[1, k, V]`` logits at anchor ``start`` of ``sequence``, computed once per anchor
+    and shared by every shape and head."""
+    k, logits = drafter.config.block_size - 1, {}
+
+    def drafted(start: int) -> torch.Tensor:
+        if start not in logits:
+            block = torch.full((1, k + 1), drafter.config.mask_token_id, dtype=torch.long)
+            block[0, 0] = sequence[0, start]
+            hidden = drafter(target_hidden=features[:, :start], noise_embedding=embed(block),
+                             position_ids=torch.arange(start + k + 1).unsqueeze(0))
+            logits[start] = lm_head(hidden[:, 1:])
+        return logits[start]
+
+    return drafted
+
+
 @torch.inference_mode()
 def replay(target, drafter, sequences, heads: dict, shapes: list[str], copy_weights, tree_fusion: bool = True) -> dict:
     """``{head label: {shape: [tau per sequence]}}``. Trees are ranked by each head's ``tree_fusion``, as in the loop
@@ -64,7 +104,7 @@ def replay(target, drafter, sequences, heads: dict, shapes: list[str], copy_weig
     for sequence, prompt_len in tqdm(sequences, desc="sequences"):
         features = context_features(target(input_ids=sequence, output_hidden_states=True).hidden_states,
                                     drafter.config.target_layer_ids)
-        total, logits = sequence.shape[1], {}
+        drafted = drafts_at(drafter, embed, lm_head, features, sequence)
         for label, head in heads.items():
             alpha, beta = (fusion_weights(head.config.alpha, head.config.beta, head.config.pure_prefix_len, k)
                            if head is not None else (None, None))
@@ -72,29 +112,8 @@ def replay(target, drafter, sequences, heads: dict, shapes: list[str], copy_weig
             fusion = (TreeFusion.of_head(head.config, head.config.pure_prefix_len, k)
                       if head is not None and tree_fusion else TreeFusion())
             for text in shapes:
-                tree, lengths, start = shape(text, fusion), [], prompt_len
-                while start + 1 < total:
-                    if start not in logits:
-                        block = torch.full((1, k + 1), drafter.config.mask_token_id, dtype=torch.long)
-                        block[0, 0] = sequence[0, start]
-                        hidden = drafter(target_hidden=features[:, :start], noise_embedding=embed(block),
-                                         position_ids=torch.arange(start + k + 1).unsqueeze(0))
-                        logits[start] = lm_head(hidden[:, 1:])
-                    copy = None if copy_weights is None else CopyChain(sequence, start, copy_weights)
-                    settings = tree or TreeSettings(k, 1, 1)  # a chain is the tree of one child per node
-                    primed = None if head is None else head_start(head, sequence, start)  # as the loop starts it
-                    grown = grow_tree(logits[start], sequence[:, start], settings, head, prior, alpha, beta, copy,
-                                      primed)
-                    truth = sequence[0, start + 1 : start + k + 2]
-                    truth = torch.cat([truth, truth.new_full((k + 1 - truth.shape[0],), -1)])
-                    # The target's choice after a node at depth d is the continuation's token d + 1 on the true path;
-                    # elsewhere it does not matter (the node is not accepted, nor is any child of it).
-                    choices = truth[grown.depths]
-                    _, accepted, _ = verify_tree(choices, grown.tokens, grown.parents, grown.depths, grown.ancestors,
-                                                 k)
-                    committed = min(int(accepted) + 1, total - start - 1)
-                    lengths.append(committed)
-                    start += committed
+                lengths = accepted_lengths(sequence, prompt_len, k, drafted, head, shape(text, fusion), prior, alpha,
+                                           beta, copy_weights)
                 taus[label][text].append(sum(lengths) / len(lengths))
     return taus
 

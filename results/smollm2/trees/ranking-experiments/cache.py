@@ -6,12 +6,16 @@
 
 import sys
 import time
+from pathlib import Path
 
 import torch
 
 from dels_hub import DeLSGenerator
 from dels_hub.bench.fusion_tuning import validation_sequences
 from dels_hub.generation.drafting import context_features
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[4] / "scripts"))
+import tree_replay  # noqa: E402
 
 
 @torch.inference_mode()
@@ -21,20 +25,14 @@ def cached(dflash: str, num_prompts: int, max_new_tokens: int) -> list:
     target, drafter = generator.target, generator.drafter
     sequences, _ = validation_sequences(target, generator.tokenizer, ["sharegpt", "code"], num_prompts,
                                         max_new_tokens)
-    k = drafter.config.block_size - 1
     embed, lm_head = target.get_input_embeddings(), target.get_output_embeddings()
     out = []
     for sequence, prompt_len in sequences:
         features = context_features(target(input_ids=sequence, output_hidden_states=True).hidden_states,
                                     drafter.config.target_layer_ids)
-        logits = {}
-        for start in range(prompt_len, sequence.shape[1] - 1):
-            block = torch.full((1, k + 1), drafter.config.mask_token_id, dtype=torch.long)
-            block[0, 0] = sequence[0, start]
-            hidden = drafter(target_hidden=features[:, :start], noise_embedding=embed(block),
-                             position_ids=torch.arange(start + k + 1).unsqueeze(0))
-            logits[start] = lm_head(hidden[:, 1:]).to(torch.float16)
-        out.append((sequence, prompt_len, logits))
+        drafted = tree_replay.drafts_at(drafter, embed, lm_head, features, sequence)
+        out.append((sequence, prompt_len, {start: drafted(start).to(torch.float16)
+                                           for start in range(prompt_len, sequence.shape[1] - 1)}))
     return out
 
 

@@ -1,6 +1,7 @@
 """Greedy tree replays on cached drafter logits (``cache.py``): a block accepts the longest path of the tree on the
 target's own continuation, as in ``scripts/tree_replay.py``."""
 
+import sys
 from pathlib import Path
 from types import SimpleNamespace
 
@@ -9,11 +10,13 @@ from growx import grow_tree_x
 
 from dels_hub.fusion import fusion_weights
 from dels_hub.generation.tree import TreeFusion, TreeSettings
-from dels_hub.heads.context import head_start
 from dels_hub.loading import load_head
-from dels_hub.verify import verify_tree
 
 REPO = Path(__file__).resolve().parents[4]  # the repository root
+sys.path.insert(0, str(REPO / "scripts"))
+import tree_replay  # noqa: E402
+
+tree_replay.grow_tree = grow_tree_x  # the replay's block walk, with growx's knobs
 K = 7  # drafted depths of the b8 drafters
 SHIPPED_HEAD = str(REPO / "upload/smollm2-ngram-head")
 
@@ -30,21 +33,11 @@ def taus(cache, head, settings: TreeSettings | None) -> list[float]:
         prior = head.log_prior()
     else:
         alpha = beta = prior = None
-    settings = settings or TreeSettings(K, 1, 1)  # a chain is the tree of one child per node
     out = []
     for sequence, prompt_len, logits in cache:
-        total, start, lengths = sequence.shape[1], prompt_len, []
-        while start + 1 < total:
-            primed = None if head is None else head_start(head, sequence, start)
-            grown = grow_tree_x(logits[start].float(), sequence[:, start], settings, head, prior, alpha, beta, None,
-                                primed)
-            truth = sequence[0, start + 1: start + K + 2]
-            truth = torch.cat([truth, truth.new_full((K + 1 - truth.shape[0],), -1)])
-            _, accepted, _ = verify_tree(truth[grown.depths], grown.tokens, grown.parents, grown.depths,
-                                         grown.ancestors, K)
-            committed = min(int(accepted) + 1, total - start - 1)
-            lengths.append(committed)
-            start += committed
+        drafted = lambda start, logits=logits: logits[start].float()  # noqa: E731
+        lengths = tree_replay.accepted_lengths(sequence, prompt_len, K, drafted, head, settings, prior, alpha, beta,
+                                               None)
         out.append(sum(lengths) / len(lengths))
     return out
 
