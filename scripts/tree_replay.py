@@ -62,19 +62,27 @@ def accepted_lengths(sequence, prompt_len: int, k: int, drafted, head, settings:
     settings = settings or TreeSettings(k, 1, 1)  # a chain is the tree of one child per node
     total, start, lengths = sequence.shape[1], prompt_len, []
     while start + 1 < total:
-        copy = None if copy_weights is None else CopyChain(sequence, start, copy_weights)
-        primed = None if head is None else head_start(head, sequence, start)  # as the loop starts it
-        grown = grow_tree(drafted(start), sequence[:, start], settings, head, prior, alpha, beta, copy, primed)
-        truth = sequence[0, start + 1 : start + k + 2]
-        truth = torch.cat([truth, truth.new_full((k + 1 - truth.shape[0],), -1)])
-        # The target's choice after a node at depth d is the continuation's token d + 1 on the true path; elsewhere it
-        # does not matter (the node is not accepted, nor is any child of it).
-        choices = truth[grown.depths]
-        _, accepted, _ = verify_tree(choices, grown.tokens, grown.parents, grown.depths, grown.ancestors, k)
-        committed = min(int(accepted) + 1, total - start - 1)
+        accepted = block_accepted(sequence, start, k, drafted, head, settings, prior, alpha, beta, copy_weights)
+        committed = min(accepted + 1, total - start - 1)
         lengths.append(committed)
         start += committed
     return lengths
+
+
+def block_accepted(sequence, start: int, k: int, drafted, head, settings: TreeSettings, prior, alpha, beta,
+                   copy_weights) -> int:
+    """The drafts that one block at anchor ``start`` of ``sequence`` would have accepted: the tree of ``settings``
+    grown from ``drafted(start)`` and verified on the sequence's own continuation."""
+    copy = None if copy_weights is None else CopyChain(sequence, start, copy_weights)
+    primed = None if head is None else head_start(head, sequence, start)  # as the loop starts it
+    grown = grow_tree(drafted(start), sequence[:, start], settings, head, prior, alpha, beta, copy, primed)
+    truth = sequence[0, start + 1 : start + k + 2]
+    truth = torch.cat([truth, truth.new_full((k + 1 - truth.shape[0],), -1)])
+    # The target's choice after a node at depth d is the continuation's token d + 1 on the true path; elsewhere it
+    # does not matter (the node is not accepted, nor is any child of it).
+    choices = truth[grown.depths]
+    _, accepted, _ = verify_tree(choices, grown.tokens, grown.parents, grown.depths, grown.ancestors, k)
+    return int(accepted)
 
 
 def drafts_at(drafter, embed, lm_head, features, sequence):

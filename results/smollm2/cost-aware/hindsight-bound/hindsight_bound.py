@@ -12,12 +12,10 @@ from dels_hub.bench.prompts import encode_chat, load_prompts
 from dels_hub.copy_expert import CopyChain, CopySettings
 from dels_hub.fusion import fusion_weights
 from dels_hub.generation.drafting import context_features
-from dels_hub.generation.tree import TreeSettings, grow_tree
-from dels_hub.heads.context import head_start
-from dels_hub.verify import verify_tree
+from dels_hub.generation.tree import TreeSettings
 
 sys.path.insert(0, "scripts")
-from tree_replay import drafts_at
+from tree_replay import block_accepted, drafts_at
 
 torch.set_num_threads(1)
 dataset, n_prompts, new = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
@@ -65,19 +63,14 @@ with torch.inference_mode():
         drafted = drafts_at(drafter, embed, lm_head, features, seq)
         copy_acc, draft_acc = {}, {}
         for t in range(P - 1, total - 1):  # anchor t: the last committed token; the block proposes t+1..
-            truth = seq[0, t + 1 : t + k + 2]
-            truth = torch.cat([truth, truth.new_full((k + 1 - truth.shape[0],), -1)])
-            cc = CopyChain(seq, t, w)
-            d = torch.zeros(1, k, dtype=torch.long)
-            L = cc.continuation(k, d)[0]
+            truth = seq[0, t + 1 : t + k + 1]
+            copied = torch.zeros(1, k, dtype=torch.long)
+            lengths = CopyChain(seq, t, w).continuation(k, copied)[0]  # 0 from the first slot without a match on
             a = 0
-            while a < k and L[a] > 0 and int(d[0, a]) == int(truth[a]):
+            while a < truth.shape[0] and lengths[a] > 0 and int(copied[0, a]) == int(truth[a]):
                 a += 1
-            copy_acc[t] = a if L[0] > 0 else None
-            grown = grow_tree(drafted(t), seq[:, t], chain, head, prior, alpha, beta, CopyChain(seq, t, w),
-                              head_start(head, seq, t))
-            _, acc, _ = verify_tree(truth[grown.depths], grown.tokens, grown.parents, grown.depths, grown.ancestors, k)
-            draft_acc[t] = int(acc)
+            copy_acc[t] = a if lengths[0] > 0 else None  # None: no copy block is offered here
+            draft_acc[t] = block_accepted(seq, t, k, drafted, head, chain, prior, alpha, beta, w)
         end, n = total - 1, total - P
         bounds = {kinds: n * verify_ms[0] / cheapest(P - 1, end, copy_acc, draft_acc, kinds)
                   for kinds in (("copy", "draft"), ("copy",), ("draft",))}
@@ -90,4 +83,6 @@ with torch.inference_mode():
         print({key: value for key, value in rows[-1].items() if not key.endswith("accepted")}, flush=True)
 for key in ("oracle_speedup", "copy_only", "draft_only"):
     print(f"median {key}: {statistics.median(r[key] for r in rows):.3f}")
-json.dump({"command": " ".join(["python", *sys.argv]), "verify_ms": verify_ms, "draft_ms": draft_ms, "rows": rows}, open(sys.argv[4], "w"), indent=1)
+with open(sys.argv[4], "w") as handle:
+    json.dump({"command": " ".join(["python", *sys.argv]), "verify_ms": verify_ms, "draft_ms": draft_ms, "rows": rows},
+              handle, indent=1)
