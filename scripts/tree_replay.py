@@ -103,6 +103,20 @@ def drafts_at(drafter, embed, lm_head, features, sequence):
 
 
 @torch.inference_mode()
+def greedy_continuations(generator, prompts, max_new_tokens: int):
+    """Per prompt, ``(prompt, sequence [1, T], prompt_len, drafted)``: the target's own greedy continuation through
+    ``generator``'s loop at block size 1, and ``drafts_at`` over it (one target forward for its features)."""
+    target, drafter = generator.target, generator.drafter
+    embed, lm_head = target.get_input_embeddings(), target.get_output_embeddings()
+    for prompt in prompts:
+        ids = encode_chat(generator.tokenizer, prompt.messages, target.device)
+        sequence = generator.generate(ids, block_size=1, max_new_tokens=max_new_tokens, do_sample=False)
+        features = context_features(target(input_ids=sequence, output_hidden_states=True).hidden_states,
+                                    drafter.config.target_layer_ids)
+        yield prompt, sequence, ids.shape[1], drafts_at(drafter, embed, lm_head, features, sequence)
+
+
+@torch.inference_mode()
 def replay(target, drafter, sequences, heads: dict, shapes: list[str], copy_weights, tree_fusion: bool = True) -> dict:
     """``{head label: {shape: [tau per sequence]}}``. Trees are ranked by each head's ``tree_fusion``, as in the loop
     (``tree_fusion=False``: by the chain's fusion at temperature 1)."""

@@ -11,11 +11,10 @@ from dels_hub import DeLSGenerator
 from dels_hub.bench.prompts import encode_chat, load_prompts
 from dels_hub.copy_expert import CopyChain, CopySettings
 from dels_hub.fusion import fusion_weights
-from dels_hub.generation.drafting import context_features
 from dels_hub.generation.tree import TreeSettings
 
 sys.path.insert(0, "scripts")
-from tree_replay import block_accepted, drafts_at
+from tree_replay import block_accepted, greedy_continuations
 
 torch.set_num_threads(1)
 dataset, n_prompts, new = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
@@ -34,7 +33,6 @@ print("verify_ms", [round(v, 1) for v in verify_ms], "draft_ms", round(draft_ms,
 w = CopySettings(4).weights()
 alpha, beta = fusion_weights(head.config.alpha, head.config.beta, head.config.pure_prefix_len, k)
 prior = head.log_prior()
-embed, lm_head = target.get_input_embeddings(), target.get_output_embeddings()
 chain = TreeSettings(k, 1, 1)
 
 
@@ -54,13 +52,8 @@ def cheapest(first, end, copy_acc, draft_acc, kinds):
 
 rows = []
 with torch.inference_mode():
-    for p in prompts:
-        ids = encode_chat(g.tokenizer, p.messages, target.device)
-        seq = g.generate(ids, block_size=1, max_new_tokens=new, do_sample=False)
-        P, total = ids.shape[1], seq.shape[1]
-        features = context_features(target(input_ids=seq, output_hidden_states=True).hidden_states,
-                                    drafter.config.target_layer_ids)
-        drafted = drafts_at(drafter, embed, lm_head, features, seq)
+    for p, seq, P, drafted in greedy_continuations(g, prompts, new):
+        total = seq.shape[1]
         copy_acc, draft_acc = {}, {}
         for t in range(P - 1, total - 1):  # anchor t: the last committed token; the block proposes t+1..
             truth = seq[0, t + 1 : t + k + 1]

