@@ -35,7 +35,10 @@ class ExpectedCopyRate(CostAware):
     matched blocks; elsewhere drafted blocks against plain steps (``draft_now``). The loop would need each row's copy
     continuation lengths at its anchor in the block's one transfer; the replay sets them as ``copy_lengths``."""
 
-    copy_lengths: list[int] | None = None
+    def __init__(self, cost, widths=None):
+        super().__init__(cost, widths)
+        self.copy_lengths: list[int] | None = None  # the anchor's copy continuation, set by ``replay``
+        self.matched_probe = ProbeSchedule(interval=16)
 
     def block_kind(self, match_lengths, can_copy):
         self.copying = False  # draft_now weighs drafted blocks against plain steps only
@@ -46,7 +49,7 @@ class ExpectedCopyRate(CostAware):
         drafted = self.bucket(match_lengths[0]).rate()
         if drafted is not None and drafted > max(copy_rate, 1.0 / self.cost.plain_ms()):
             return DRAFTED
-        probe = self.__dict__.setdefault("matched_probe", ProbeSchedule(interval=16))
+        probe = self.matched_probe
         probe.waited += 1
         if probe.waited < probe.interval:
             return COPIED
