@@ -1,5 +1,5 @@
-"""Verifies on weights packed per width (``generation/packed_weights.py``): the same products, the target's greedy
-output, only inside the loop's verify, and a calibration of their own."""
+"""Verifies on oneDNN's matmul (``generation/packed_weights.py``): the same products, the target's greedy output,
+only inside the loop's verify of the chosen widths, and a calibration of their own."""
 
 import pytest
 import torch
@@ -11,10 +11,11 @@ from dels_hub.generation.packed_weights import PackedLinears, auto_widths, packe
 
 from conftest import SMALL_VOCAB, make_dflash, make_target, small_prompts
 
-needs_mkl = pytest.mark.skipif(not packing_available(torch.nn.Linear(2, 2)), reason="needs a torch built with MKL")
+needs_onednn = pytest.mark.skipif(not packing_available(torch.nn.Linear(2, 2)),
+                                  reason="needs a torch built with oneDNN")
 
 
-@needs_mkl
+@needs_onednn
 @pytest.mark.parametrize("rows", [1, 3, 4, 8])
 def test_packed_products_equal_the_layers_own(rows):
     layer = torch.nn.Linear(24, 40)
@@ -23,11 +24,13 @@ def test_packed_products_equal_the_layers_own(rows):
     with packs:
         out = layer(x)
     assert torch.allclose(out, torch.nn.functional.linear(x, layer.weight, layer.bias), rtol=1e-5, atol=1e-6)
-    assert packs.hits == (1 if rows in (4, 8) else 0)  # other widths run as loaded
-    assert "forward" not in layer.__dict__  # nothing of the packs is left on the layer
+    assert packs.hits == 1
+    assert "forward" not in layer.__dict__  # nothing of it is left on the layer
+    layer(x)
+    assert packs.hits == 1  # inactive: as loaded
 
 
-@needs_mkl
+@needs_onednn
 def test_a_layers_own_forward_override_is_restored():
     layer = torch.nn.Linear(8, 8)
     own = layer.forward
@@ -37,7 +40,7 @@ def test_a_layers_own_forward_override_is_restored():
     assert layer.forward is own
 
 
-@needs_mkl
+@needs_onednn
 @pytest.mark.parametrize("policy", ["fixed", "cost-aware"])
 def test_greedy_equals_the_target_with_packed_verifies_and_only_there(small, policy):
     target = small["qwen3"]
@@ -55,18 +58,19 @@ def test_greedy_equals_the_target_with_packed_verifies_and_only_there(small, pol
         assert packs.hits > 0
 
 
-@needs_mkl
+@needs_onednn
 def test_a_broken_pack_is_caught(small, monkeypatch):
-    """Negative control: packs of other weights (a shuffled copy) change the greedy output, so the test above can
-    fail."""
+    """Negative control: a kernel that reads other weights (its rows shuffled) changes the greedy output, so the test
+    above can fail."""
     target = small["qwen3"]
     drafter = make_dflash(4, SMALL_VOCAB - 1, vocab=SMALL_VOCAB, seed=5)
-    real_reorder = torch.ops.mkl._mkl_reorder_linear_weight
+    real_linear = torch.ops.mkldnn._linear_pointwise
 
-    def shuffled(weight, rows):
-        return real_reorder(weight[torch.randperm(weight.shape[0], generator=torch.Generator().manual_seed(0))], rows)
+    def shuffled(x, weight, *args):
+        return real_linear(x, weight[torch.randperm(weight.shape[0], generator=torch.Generator().manual_seed(0))],
+                           *args)
 
-    monkeypatch.setattr(torch.ops.mkl, "_mkl_reorder_linear_weight", shuffled)
+    monkeypatch.setattr(torch.ops.mkldnn, "_linear_pointwise", shuffled)
     broken = PackedLinears(target, (4,))
     generator = DeLSGenerator(target, drafter, None, small["tokenizer"], policy="fixed", packed_widths=None)
     outputs = [generator.generate(input_ids, max_new_tokens=20) for input_ids in small_prompts(count=3)]
@@ -75,20 +79,20 @@ def test_a_broken_pack_is_caught(small, monkeypatch):
                for input_ids, out in zip(small_prompts(count=3), outputs))
 
 
-def test_auto_packs_float32_cpu_targets_and_keys_their_calibration(small):
+def test_auto_runs_float32_cpu_verifies_on_onednn_and_keys_their_calibration(small):
     target = small["qwen3"]
     drafter = make_dflash(8, SMALL_VOCAB - 1, vocab=SMALL_VOCAB, seed=5)
-    expected = (4, 8) if packing_available(target) else ()
-    assert auto_widths(target, 8) == expected
-    assert auto_widths(target, 4) == ((4,) if expected else ())
-    assert auto_widths(target, 1) == auto_widths(target, 3) == ()  # no block verifies 4 tokens
-    assert auto_widths(make_target("qwen3", vocab=SMALL_VOCAB).to(torch.bfloat16), 8) == ()  # MKL's is float32
+    available = packing_available(target)
+    assert auto_widths(target, 8) == ((2, 3, 4, 5, 6, 7, 8) if available else ())
+    assert auto_widths(target, 3) == ((2, 3) if available else ())
+    assert auto_widths(target, 1) == ()  # a plain step runs as target.generate's does
+    assert auto_widths(make_target("qwen3", vocab=SMALL_VOCAB).to(torch.bfloat16), 8) == ()  # float32 only
     generator = DeLSGenerator(target, drafter, None, small["tokenizer"])
     generator.compile = True
     assert generator._packed_widths(8) == ()  # compiled steps use inductor's own kernels
     keys = [calibration_key(target, drafter, None, block_size=8, batch=1, copy=False, draft_vocab=None,
                             compile=False, packed=packed) for packed in ((), (4, 8))]
-    assert keys[0] != keys[1]  # a packed loop's cost table is its own
+    assert keys[0] != keys[1]  # such a loop's cost table is its own
 
 
 def test_packed_widths_are_checked_before_any_work(small):

@@ -91,7 +91,7 @@ def speculative_decode(
     caches be reused, so that CUDA graphs recorded against their addresses are replayed. ``lm_head`` scores the drafts
     (default: the target's; a ``DraftVocabulary`` prunes them). ``policy`` decides per block whether to draft and how
     many drafts to verify (``policy.py``; default ``FixedBlocks``: every block, every draft). ``packed``: a
-    ``PackedLinears`` whose widths' verifies run on packed weights (``packed_weights.py``; None: as loaded). Greedy
+    ``PackedLinears`` whose widths' verifies run on oneDNN's matmul (``packed_weights.py``; None: as loaded). Greedy
     output is the same in every mode; sampling is distributed the same.
     """
     device, (batch, width) = input_ids.device, input_ids.shape
@@ -141,7 +141,7 @@ def speculative_decode(
                                  workspace={} if workspace is None else workspace, trash=width if padding else 0,
                                  sampled_drafts=sampled_drafts, confidence=width_from_drafts)
     verify = compiled(verify_step, device) if compile else verify_step
-    if packed is not None:  # the drafts' verify on weights packed for its width; the prefill and trees as loaded
+    if packed is not None:  # the drafts' verify on oneDNN for its widths; the prefill and trees as loaded
         verify = packed.wrap(verify)
     node_index = torch.arange(tree.budget + 1, device=device) if tree is not None else None
     verify_tree = compiled(verify_tree_step, device) if compile and tree is not None else verify_step
@@ -173,12 +173,12 @@ def speculative_decode(
     if compile:  # the graphs write into these buffers in place: their addresses are part of the graph
         for buffer in state.target_cache.keys + state.target_cache.values:
             static(buffer)
-    # The prefill's one host transfer: each row's stop, and (for the policy) its copy match at the first anchor.
-    transfer = [torch.isin(first, stop_ids).long()]
+    # The prefill's one host transfer: each row's stop, and (for the policy) its copy continuation at the first anchor.
+    transfer = [torch.isin(first, stop_ids).long().unsqueeze(0)]
     if copy_signal:
-        transfer.append(longest_matches(state.output, state.start_at, settings.copy_weights))
-    stopped, *signal = to_host(torch.stack(transfer))
-    match_lengths = signal[0] if copy_signal else None
+        transfer.append(copy_signal_rows(state, settings.copy_weights, k if copy_blocks else 0))
+    stopped, *signal = to_host(torch.cat(transfer))
+    copy_lengths = host_columns(signal) if copy_signal else None
     synchronize(device)
     prefilled = last_sync = time.perf_counter()
     if streamer is not None:
@@ -205,12 +205,13 @@ def speculative_decode(
             state.keep_rows(kept)
             features, row_ids = None if features is None else features[keep], row_ids[kept]
             rows, starts, done = [rows[i] for i in keep], [starts[i] for i in keep], [False] * len(keep)
-            match_lengths = None if match_lengths is None else [match_lengths[i] for i in keep]
+            copy_lengths = None if copy_lengths is None else [copy_lengths[i] for i in keep]
         block_positions = state.start_at.unsqueeze(1) + state.block_index  # [B, bs]
         block = state.output.gather(1, block_positions)  # [anchor, MASK...]: nothing is written past an anchor
         state.verify_ids[:, 0] = block[:, 0]
         q, confidence, grown, path = None, None, None, None
-        kind = policy.block_kind(match_lengths, copy_blocks) if k > 0 else PLAIN
+        match_lengths = None if copy_lengths is None else [row[0] for row in copy_lengths]
+        kind = policy.block_kind(copy_lengths, copy_blocks) if k > 0 else PLAIN
         if compile and device.type == "cuda":
             torch.compiler.cudagraph_mark_step_begin()  # the previous block's graph outputs are no longer read
         # 2. Draft, or not: one DFlash forward over the new context and the block, then the head over the block; or
@@ -236,9 +237,8 @@ def speculative_decode(
             else:
                 plan = policy.plan(to_host(confidence) if width_from_drafts else None, k + 1, len(rows),
                                    call_tree=tree)
-        elif kind == COPIED:
-            copied_at = CopyChain(state.output, state.start_at, settings.copy_weights).continuation(k, state.drafts)
-            plan = policy.copy_plan(to_host(copied_at), len(rows))
+        elif kind == COPIED:  # the continuation is in state.drafts already, written by the last transfer's step
+            plan = policy.copy_plan(copy_lengths, len(rows))
         else:
             plan = policy.plain(len(rows))
         width_now = plan.width
@@ -262,7 +262,7 @@ def speculative_decode(
                 tokens, n_accepted = verify_block(warping, state.drafts[:, : width_now - 1], q, logits, generator)
 
         # 4. Commit on the device, then the one host transfer per block: every row's count and stop (and, for the
-        # policy, its copy match at the new anchor).
+        # policy, its copy continuation at the new anchor).
         index = state.block_index[:width_now]
         n_commit, stop_now = committed(tokens, n_accepted, stop_ids, index, state.budget)
         written = torch.where(index < n_commit.unsqueeze(1), state.start_at.unsqueeze(1) + 1 + index,
@@ -270,10 +270,10 @@ def speculative_decode(
         state.output.scatter_(1, written, tokens)
         state.start_at += n_commit
         state.budget -= n_commit
-        transfer = [n_commit, stop_now.long()]
+        transfer = [torch.stack([n_commit, stop_now.long()])]
         if copy_signal:
-            transfer.append(longest_matches(state.output, state.start_at, settings.copy_weights))
-        counts, stops, *signal = to_host(torch.stack(transfer))
+            transfer.append(copy_signal_rows(state, settings.copy_weights, k if copy_blocks else 0))
+        counts, stops, *signal = to_host(torch.cat(transfer))
         now = time.perf_counter()
         if streamer is not None:
             streamer.put(tokens[0, : counts[0]].cpu())
@@ -307,7 +307,7 @@ def speculative_decode(
         policy.observe(plan, counts, [not end for end in done], (now - last_sync) * 1e3, match_lengths,
                        timed=not prompt_draft)
         stats.record(plan, counts, (now - last_sync) * 1e3)
-        match_lengths = signal[0] if copy_signal else None
+        copy_lengths = host_columns(signal) if copy_signal else None
         last_sync = now
         state.target_cache.keep(starts[0])
 
@@ -323,6 +323,21 @@ def speculative_decode(
         decode_seconds=finished_at - prefilled,
         policy=stats.summary(policy.name),
     )
+
+
+def copy_signal_rows(state: DecodeState, weights: torch.Tensor, k: int) -> torch.Tensor:
+    """What the policy reads of the copy expert at each row's anchor, as rows of the block's transfer: with ``k``
+    slots, the copy expert's own continuation written into ``state.drafts`` (so that a copy block verifies it as it
+    stands) and the match length each slot was copied at, ``[k, B]``; with ``k = 0``, the longest match alone
+    ``[1, B]`` (sampled drafts have no copy blocks)."""
+    if k == 0:
+        return longest_matches(state.output, state.start_at, weights).unsqueeze(0)
+    return CopyChain(state.output, state.start_at, weights).continuation(k, state.drafts).T
+
+
+def host_columns(rows: list[list[int]]) -> list[list[int]]:
+    """The transfer's ``[n, B]`` rows as ``[B][n]``: each batch row's values."""
+    return [list(column) for column in zip(*rows)]
 
 
 def width_may_follow_drafts(sampled_drafts: bool) -> bool:

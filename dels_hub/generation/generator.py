@@ -151,9 +151,9 @@ class DeLSGenerator:
             draft_mode: at T > 0, ``"top"`` (default) or ``"sampled"``.
             tree_budget: draft a token tree of this many nodes per block instead of a chain (None or 0: chains).
             tree_branching: children kept per expanded node of the tree.
-            packed_widths: verify widths whose linear products run on weights packed once for them (a copy of the
-                target's weights each; float32 on an x86 CPU, ``packed_weights.py``): ``"auto"`` (default: 4 and the
-                block size, when the copies stay under 4 GiB), a tuple of widths, or None for none.
+            packed_widths: verify widths (tokens per row) whose linear products run on oneDNN's matmul instead of
+                ``F.linear`` (float32 on a CPU, ``packed_weights.py``): ``"auto"`` (default: every width from 2 to
+                the block size), a tuple of widths, or None for none. A plain step always runs as loaded.
         """
         if not is_policy(policy):
             checked_choice("policy", policy, POLICIES)  # before anything loads

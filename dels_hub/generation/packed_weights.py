@@ -1,17 +1,18 @@
-"""Wide verifies at nearly the price of narrow ones on x86 CPUs: the target's linear layers packed once per width.
+"""Wide verifies at nearly the price of narrow ones on x86 CPUs: the target's linear layers on oneDNN's matmul.
 
-MKL's sgemm runs ``F.linear`` (``x @ W.T``, with W stored ``[out, in]``) on a path that packs W again on every call
-once x has 4 rows or more. On SmolLM2-135M in float32 at one thread, a verify of 8 tokens cost 121 ms against 58 ms
-for one token, and ``aten::mm`` was 80% of it. Packed once per row count (MKL's packed GEMM, as inductor's freezing
-does for compiled CPU graphs), the loop's calibrated cost table read 73 ms instead of 92 for a verify of 4 tokens, and
-84 ms instead of 119 for one of 8 (the runs are in ``results/smollm2/packed-verify/``).
+``F.linear`` runs on MKL's sgemm, which on a product of a few rows is far from its best: on SmolLM2-135M in float32
+at one thread (the AMD EPYC this project runs on), the target's linear layers took 31 ms for one row, 49 for two,
+62 for three and 56 for eight, so a verify of 8 tokens cost 1.6 target steps. oneDNN's matmul
+(``torch.ops.mkldnn._linear_pointwise``, the kernel inductor uses for CPU linears) took 33 ms for two rows and 39 for
+eight, on the same weights, with no copy of them: the loop's calibrated table read 41-47 ms for verifies of 2..8
+tokens against 37-39 ms for one (``results/smollm2/onednn-verify/``). An earlier version packed the weights once
+per width for MKL's packed GEMM (a copy each); on this machine oneDNN is faster at every width.
 
-Each packed width costs one more copy of the weights, so only a few are packed: by default 4 and the block size. The
-policy's cost table prices the other widths at their unpacked cost. Packing changes the order of the float sums, as
-any other width's kernel does, so greedy output stays the target's up to float32 near-ties, as for every verify.
-
-Only the decode loop's verify runs under the packs (``PackedLinears.wrap``), so ``target.generate``, the prefill and
-anything else that calls the model keep the loaded weights.
+Only the loop's verify of a chosen set of widths (per row: ``PackedLinears.wrap``) runs on it; a verify of one token
+(a plain step), the prefill, ``target.generate`` and anything else that calls the model keep ``F.linear``, so a
+plain step costs what the target's own step costs and the speedup over it is speculation's. Another kernel sums in
+another order, as any other width's does, so greedy output stays the target's up to float32 near-ties, as for every
+verify.
 """
 
 import weakref
@@ -20,37 +21,24 @@ import torch
 
 from ..errors import GenerationArgumentError
 
-# "auto" packs when the copies stay this small (widths x the weights' bytes): a copy per width is the price.
-AUTO_PACK_LIMIT_BYTES = 4 << 30
-
 
 def packing_available(model) -> bool:
-    """MKL's packed GEMM applies: float32 weights on a CPU, and a torch built with MKL."""
+    """oneDNN's matmul applies: float32 weights on a CPU, and a torch built with oneDNN."""
     weight = next(model.parameters())
-    return (weight.device.type == "cpu" and weight.dtype == torch.float32 and torch.backends.mkl.is_available()
-            and hasattr(torch.ops.mkl, "_mkl_reorder_linear_weight"))
+    return (weight.device.type == "cpu" and weight.dtype == torch.float32 and torch.backends.mkldnn.is_available()
+            and hasattr(torch.ops.mkldnn, "_linear_pointwise"))
 
 
 def auto_widths(model, block_size: int) -> tuple[int, ...]:
-    """The widths ``"auto"`` packs: 4 and ``block_size``, those of them a block can verify and wider than 3 rows
-    (below which MKL's own path is as fast), when packing applies and the copies stay under
-    ``AUTO_PACK_LIMIT_BYTES``; else none."""
-    if not packing_available(model):
-        return ()
-    widths = tuple(sorted({width for width in (4, block_size) if 4 <= width <= block_size}))
-    weights = sum(module.weight.nbytes for module in model.modules() if isinstance(module, torch.nn.Linear))
-    return widths if len(widths) * weights <= AUTO_PACK_LIMIT_BYTES else ()
+    """The widths ``"auto"`` runs on oneDNN: every verify of 2..``block_size`` tokens, when it applies; else none."""
+    return tuple(range(2, block_size + 1)) if packing_available(model) else ()
 
 
 class PackedLinears:
-    """Every ``nn.Linear`` of ``model`` with its weight packed for each of ``widths`` (rows of the product: a single
-    row's verify width), packed once, at construction; a model whose weights change later needs new packs.
-
-    Active (``with packs:``), each of those layers runs a product of that many rows on its packed copy, and any
-    other product as it would. Only the layers' own ``forward`` changes, and only while active (an instance attribute,
-    restored on exit): a torch function mode would do the same for every op of the forward, at about 10 ms a verify of
-    SmolLM2. ``hits`` counts the products that ran packed.
-    """
+    """Every ``nn.Linear`` of ``model`` on oneDNN's matmul while active (``with packs:``), for the verifies of
+    ``widths`` tokens per row (``wrap``). Only the layers' own ``forward`` changes, and only while active (an instance
+    attribute, restored on exit): a torch function mode would do the same for every op of the forward, at about
+    10 ms a verify of SmolLM2. ``hits`` counts the products that ran on it."""
 
     def __init__(self, model, widths: tuple[int, ...]):
         self.widths = tuple(widths)
@@ -61,16 +49,10 @@ class PackedLinears:
 
     def _packed_forward(self, module: torch.nn.Linear):
         weight, bias = module.weight, module.bias
-        packs = {rows: torch.ops.mkl._mkl_reorder_linear_weight(weight.detach(), rows) for rows in self.widths}
 
         def forward(x):
-            rows = x.numel() // x.shape[-1]
-            packed = packs.get(rows)
-            if packed is None:
-                return torch.nn.functional.linear(x, weight, bias)
             self.hits += 1
-            out = torch.ops.mkl._mkl_linear(x.reshape(rows, x.shape[-1]), packed, weight, bias, rows)
-            return out.view(*x.shape[:-1], out.shape[-1])
+            return torch.ops.mkldnn._linear_pointwise(x, weight, bias, "none", [], "")
 
         return forward
 
@@ -88,10 +70,10 @@ class PackedLinears:
                 module.forward = saved
 
     def wrap(self, step):
-        """``step`` (a verify step: ``step(model, ids, ...)``) run under the packs when its ``ids`` have a packed
-        number of tokens, and plainly otherwise."""
+        """``step`` (a verify step: ``step(model, ids [B, w], ...)``) run on oneDNN when ``w`` is one of the widths,
+        and plainly otherwise."""
         def packed_step(model, ids, *args, **kwargs):
-            if ids.numel() not in self.widths:
+            if ids.shape[-1] not in self.widths:
                 return step(model, ids, *args, **kwargs)
             with self:
                 return step(model, ids, *args, **kwargs)
@@ -99,12 +81,12 @@ class PackedLinears:
         return packed_step
 
 
-# One set of packs per model and widths, shared by every generator over that model (a bench builds one per row).
+# One set per model and widths, shared by every generator over that model (a bench builds one per row).
 _shared: "weakref.WeakKeyDictionary[torch.nn.Module, dict]" = weakref.WeakKeyDictionary()
 
 
 def packed_linears(model, widths: tuple[int, ...]) -> PackedLinears | None:
-    """The shared ``PackedLinears`` of ``model`` for ``widths`` (packed on first use), or None for no widths."""
+    """The shared ``PackedLinears`` of ``model`` for ``widths`` (built on first use), or None for no widths."""
     if not widths:
         return None
     by_widths = _shared.setdefault(model, {})

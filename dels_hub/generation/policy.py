@@ -10,12 +10,14 @@ plain decoding among its choices, so that speculation that does not pay switches
   it decodes plainly, and probes again after 2, 4, 8, ... plain steps (at most ``MAX_PROBE_INTERVAL``).
 * **Copy blocks.** Where the copy expert matches at the anchor (and drafts are not sampled), the rival of a drafted
   block is a *copy block* instead of a plain step: the copy expert's own continuation verified as drafts, as prompt
-  lookup does, with no drafter forward. Where text repeats, the fused drafts mostly are that continuation anyway
-  (the copy vote outweighs the other experts), so the drafter's forward buys little there and costs a third of the
-  block on a CPU. Which of the two pays is measured per match length, like drafting against plain steps: an untried
-  copy block goes first (it is the cheap one), the loser is probed again after 2, 4, 8, ... blocks. A copy block
-  verifies the d copied drafts that maximise expected tokens per ``cost.copied_ms``, d = 0 (a plain step) included,
-  each draft's acceptance read from the match length it was copied at (``CopyAcceptance``, learned online).
+  lookup does, with no drafter forward. The loop hands the policy that continuation's match lengths, slot by slot,
+  before anything is drafted, so each copy block is priced by its own continuation: the d copied drafts that
+  maximise expected tokens per ``cost.copied_ms``, d = 0 (a plain step) included, each draft's acceptance read from
+  the match length it was copied at (``CopyAcceptance``, learned online: a draft copied at a match of 1 is accepted
+  far less often than one copied at 4). Where text repeats, the fused drafts mostly are that continuation anyway (the
+  copy vote outweighs the other experts), so the block drafts only where drafted blocks at this match length have
+  measured better than the copy block's expected rate, and probes a drafted block after 16, 32, then every 64
+  matched blocks (``MATCHED_PROBE_INTERVAL``).
 * **After drafting** it verifies the d in 0..k drafts that maximises
 
       (1 + sum_{i <= d} prod_{j <= i} a_j) / (draft_ms + verify_ms[d])      (verify_ms[w - 1]: a verify of w tokens)
@@ -39,8 +41,8 @@ plain decoding among its choices, so that speculation that does not pay switches
   target's own choice whatever is verified.
 
 Both are host decisions on small host lists; the loop hands them what it transferred anyway, plus the drafts'
-confidences (one ``[B, k]`` transfer per drafted block, which the verify's width must wait for) or a copy block's
-match lengths (likewise).
+confidences (one ``[B, k]`` transfer per drafted block, which the verify's width must wait for); the copy
+continuation's match lengths come in the block's own transfer.
 """
 
 from collections import Counter
@@ -54,6 +56,7 @@ CONFIDENCE_BINS = 20
 PRIOR_WEIGHT = 2.0  # pseudo-observations at the raw confidence, per bin, before any acceptance is seen
 VALUE_RATE = 0.25  # weight of one drafted block in its bucket's running tokens and milliseconds
 MAX_PROBE_INTERVAL = 64  # plain steps between probes at most: a drafter that never pays costs under 2% this way
+MATCHED_PROBE_INTERVAL = 16  # copy blocks at a match before the first drafted probe there (then 32, 64, 64, ...)
 MAX_COPY_LENGTH_BINS = 16  # copy blocks' acceptance is kept per match length up to this
 PLAIN, DRAFTED, COPIED = "plain", "drafted", "copied"  # the kinds of block (``cost_model.BLOCK_KINDS``)
 
@@ -232,7 +235,7 @@ class FixedBlocks:
     def draft_now(self, match_lengths: list[int] | None) -> bool:
         return True
 
-    def block_kind(self, match_lengths: list[int] | None, can_copy: bool) -> str:
+    def block_kind(self, copy_lengths: list[list[int]] | None, can_copy: bool) -> str:
         return DRAFTED
 
     def tree_shape(self, tree: TreeSettings) -> TreeSettings | None:
@@ -300,43 +303,41 @@ class CostAware:
         self.calibration = AcceptanceCalibration()
         self.values: dict[int, DraftValue] = {}  # drafted blocks' running value by match length at the anchor
         self.copy_acceptance = CopyAcceptance()
-        self.copies: dict[int, DraftValue] = {}  # copy blocks' running value by match length at the anchor
-        self.copying = False  # copy blocks are offered for the current block
-        self.draft_schedule, self.copy_schedule, self.tree_schedule = ProbeSchedule(), ProbeSchedule(), ProbeSchedule()
+        self.draft_schedule, self.tree_schedule = ProbeSchedule(), ProbeSchedule()
+        self.matched_probe = ProbeSchedule(interval=MATCHED_PROBE_INTERVAL)  # drafted blocks where copy blocks win
         self.shapes: dict = {}  # tree settings (None: the chain) -> its running tokens per measured ms
         self.hopeless_wait = 0  # plain steps since the last probe of a drafter that could not pay even at best
 
     def bucket(self, match_length: int | None) -> DraftValue:
         return self.values.setdefault(match_length or 0, DraftValue(schedule=self.draft_schedule))
 
-    def copy_bucket(self, match_length: int) -> DraftValue:
-        return self.copies.setdefault(match_length, DraftValue(schedule=self.copy_schedule))
-
-    def block_kind(self, match_lengths: list[int] | None, can_copy: bool) -> str:
-        """``PLAIN``, ``DRAFTED`` or ``COPIED``: what this block does. ``can_copy``: copy blocks are allowed (the
-        copy expert is on and drafts are not sampled); one is offered where some row's copy expert matches at its
-        anchor. An untried copy block goes first; then drafted and copy blocks compete as drafted blocks and plain
-        steps do (``draft_now``)."""
-        self.copying = can_copy and any(match_lengths or [])
-        if self.copying and any(not self.copy_bucket(m).blocks for m in match_lengths if m):
-            return COPIED
-        if self.draft_now(match_lengths):
+    def block_kind(self, copy_lengths: list[list[int]] | None, can_copy: bool) -> str:
+        """``PLAIN``, ``DRAFTED`` or ``COPIED``: what this block does, from each row's copy continuation at its
+        anchor ``[B][k]`` (the match length each slot's token would be copied at; ``[B][1]``, the first slot alone,
+        where copy blocks are not allowed; None without the copy expert). ``can_copy``: copy blocks are allowed (the
+        copy expert is on and drafts are not sampled). Without a match, drafted blocks compete with plain steps
+        (``draft_now``); with one, a copy block is taken unless drafted blocks at every row's match length measured
+        better than its expected rate (``copy_plan``), with a drafted probe now and then (module docstring)."""
+        match_lengths = None if copy_lengths is None else [row[0] for row in copy_lengths]
+        if not (can_copy and any(match_lengths or [])):
+            return DRAFTED if self.draft_now(match_lengths) else PLAIN
+        copy_rate, _ = best_width(self.copy_expected(copy_lengths), self.cost.copied_ms, self.widths)
+        drafted = [self.bucket(m).rate() for m in match_lengths]
+        if None not in drafted and sum(drafted) > max(copy_rate, len(drafted) / self.cost.plain_ms()):
             return DRAFTED
-        return COPIED if self.copying else PLAIN
-
-    def rival_rate(self, match_length: int | None) -> float:
-        """What a drafted block must beat per row: a copy block's running rate in its bucket when copy blocks are
-        offered, else a plain step's."""
-        if self.copying and match_length:
-            return self.copy_bucket(match_length).rate() or 1.0 / self.cost.plain_ms()
-        return 1.0 / self.cost.plain_ms()
+        probe = self.matched_probe
+        probe.waited += 1
+        if probe.waited < probe.interval:
+            return COPIED
+        probe.waited, probe.interval = 0, min(2 * probe.interval, MAX_PROBE_INTERVAL)
+        return DRAFTED
 
     def draft_now(self, match_lengths: list[int] | None) -> bool:
-        """Draft this block, or not (a plain step, or a copy block where ``block_kind`` offers one): drafted blocks'
-        recent tokens per millisecond in each row's bucket against the rival's (``rival_rate``), and the losing side
-        waits for its next probe. A bucket without a drafted block yet reads the rate of all drafted blocks so far
-        (the first block drafts); exploring each bucket at once would cost a short text more than it learns. Where a
-        block could not pay even if every draft were accepted, it never drafts."""
+        """Draft this block, or take a plain step: drafted blocks' recent tokens per millisecond in each row's bucket
+        against a plain step's, and the losing side waits for its next probe. A bucket without a drafted block yet
+        reads the rate of all drafted blocks so far (the first block drafts); exploring each bucket at once would cost
+        a short text more than it learns. Where a block could not pay even if every draft were accepted, it never
+        drafts."""
         plain_rate = 1.0 / self.cost.plain_ms()
         best_case = max(w / self.cost.drafted_ms(w) for w in self.widths)
         if best_case <= plain_rate:
@@ -353,14 +354,10 @@ class CostAware:
         if pooled is None:
             return True
         rates = [pooled if b.rate() is None else b.rate() for b in buckets]
-        drafting_wins = sum(rates) >= sum(self.rival_rate(m) for m in lengths)
-        # The losing kind waits (once per block) towards its next probe.
-        loser = self.draft_schedule if not drafting_wins else self.copy_schedule if self.copying else None
-        probe = False
-        if loser is not None:
-            loser.waited += 1
-            probe = loser.waited >= loser.interval
-        return drafting_wins != probe
+        if sum(rates) >= len(lengths) * plain_rate:
+            return True
+        self.draft_schedule.waited += 1  # drafting lost: it waits (once per block) towards its next probe
+        return self.draft_schedule.waited >= self.draft_schedule.interval
 
     def tree_shape(self, tree: TreeSettings) -> TreeSettings | None:
         """The shape of this drafted block in a call with ``tree``: one of its ``budget_ladder`` or the chain (None),
@@ -406,11 +403,18 @@ class CostAware:
         return BlockPlan(True, width, rows, rate * self.cost.drafted_ms(width),
                          self.cost.drafted_ms(width), confidence, call_tree=call_tree)
 
+    def copy_expected(self, lengths: list[list[int]]) -> list[list[float]]:
+        """Each row's expected committed tokens at d = 0..k copied drafts, from the match lengths ``[B][k]`` they
+        were copied at."""
+        return [expected_tokens([self.copy_acceptance(m) for m in row]) for row in lengths]
+
     def copy_plan(self, lengths: list[list[int]], rows: int) -> BlockPlan:
         """A copy block's width from the match lengths ``[B][k]`` its drafts were copied at: the one that maximises
-        the rows' expected tokens together per millisecond, 1 (the anchor alone) included."""
-        expected = [expected_tokens([self.copy_acceptance(m) for m in row]) for row in lengths]
-        rate, width = best_width(expected, self.cost.copied_ms, self.widths)
+        the rows' expected tokens together per millisecond; width 1 (no copied draft worth verifying) is a plain
+        step."""
+        rate, width = best_width(self.copy_expected(lengths), self.cost.copied_ms, self.widths)
+        if width == 1:
+            return self.plain(rows)
         return BlockPlan(False, width, rows, rate * self.cost.copied_ms(width), self.cost.copied_ms(width), lengths,
                          copied=True)
 
@@ -431,9 +435,6 @@ class CostAware:
         block_ms = measured_ms if plan.tree is not None else plan.predicted_ms
         if plan.copied:
             learn_acceptance(self.copy_acceptance, plan, counts, complete)
-            for count, m in zip(counts, lengths):
-                if m:  # a row without a match at its anchor took a plain step inside the block
-                    self._learn(self.copy_bucket(m), count, block_ms, self.bucket(m).rate() or 0.0)
             return
         if not plan.drafted:
             return
@@ -447,7 +448,7 @@ class CostAware:
                         weight=1.0 / (mine.blocks + 1))
         learn_acceptance(self.calibration, plan, counts, complete)
         for count, m in zip(counts, lengths):  # the whole block's time: its rows share it
-            self._learn(self.bucket(m), count, block_ms, self.rival_rate(m))
+            self._learn(self.bucket(m), count, block_ms, 1.0 / self.cost.plain_ms())
 
     @staticmethod
     def _learn(value: DraftValue, tokens: float, ms: float, rival_rate: float, weight: float = VALUE_RATE) -> None:

@@ -12,52 +12,11 @@ import json
 import statistics
 
 from dels_hub.generation.cost_model import CostModel
-from dels_hub.generation.policy import (
-    COPIED,
-    DRAFTED,
-    MAX_PROBE_INTERVAL,
-    PLAIN,
-    CostAware,
-    ProbeSchedule,
-    best_width,
-    expected_tokens,
-)
+from dels_hub.generation.policy import COPIED, DRAFTED, CostAware
 
 # The loop's calibrated table behind the hindsight bound (one thread, packed widths 4 and 8; ../hindsight-bound/).
 VERIFY_MS = [59.4, 94.0, 112.3, 86.3, 95.2, 92.9, 100.6, 92.7]
 DRAFT_MS = 20.1
-
-
-class ExpectedCopyRate(CostAware):
-    """A candidate for the loop (not in the package yet): where the copy expert matches at the anchor, a copy block
-    priced by its own continuation's match lengths (known before drafting: ``copy_plan``'s expected rate, width 1
-    included), unless drafted blocks at that match length measured better, with a drafted probe after 16, 32, 64
-    matched blocks; elsewhere drafted blocks against plain steps (``draft_now``). The loop would need each row's copy
-    continuation lengths at its anchor in the block's one transfer; the replay sets them as ``copy_lengths``."""
-
-    def __init__(self, cost, widths=None):
-        super().__init__(cost, widths)
-        self.copy_lengths: list[int] | None = None  # the anchor's copy continuation, set by ``replay``
-        self.matched_probe = ProbeSchedule(interval=16)
-
-    def block_kind(self, match_lengths, can_copy):
-        self.copying = False  # draft_now weighs drafted blocks against plain steps only
-        if not match_lengths[0]:
-            return DRAFTED if self.draft_now(match_lengths) else PLAIN
-        expected = expected_tokens([self.copy_acceptance(m) for m in self.copy_lengths])
-        copy_rate, _ = best_width([expected], self.cost.copied_ms, self.widths)
-        drafted = self.bucket(match_lengths[0]).rate()
-        if drafted is not None and drafted > max(copy_rate, 1.0 / self.cost.plain_ms()):
-            return DRAFTED
-        probe = self.matched_probe
-        probe.waited += 1
-        if probe.waited < probe.interval:
-            return COPIED
-        probe.waited, probe.interval = 0, min(2 * probe.interval, MAX_PROBE_INTERVAL)
-        return DRAFTED
-
-
-POLICIES = {"cost-aware": CostAware, "expected-copy-rate": ExpectedCopyRate}
 
 
 def replay(anchors: list[dict], tokens: int, policy) -> tuple[float, dict]:
@@ -69,8 +28,7 @@ def replay(anchors: list[dict], tokens: int, policy) -> tuple[float, dict]:
     i, committed, total_ms, first, kinds = 1, 1, 0.0, True, {"plain": 0, "copied": 0, "drafted": 0}
     while committed < tokens:
         anchor = anchors[i]
-        policy.copy_lengths = anchor["copy_lengths"]
-        kind = policy.block_kind([anchor["match"]], True)
+        kind = policy.block_kind([anchor["copy_lengths"]], True)
         if kind == DRAFTED:
             plan = policy.plan([anchor["confidence"]], k + 1, 1)
             count, ms = min(anchor["draft_accepted"], plan.width - 1) + 1, cost.draft_ms + verify_ms[plan.width - 1]
@@ -111,11 +69,9 @@ def main(argv=None, make_policy=None) -> list[dict]:
     parser.add_argument("record")
     parser.add_argument("--verify-ms", type=float, nargs="+", default=VERIFY_MS)
     parser.add_argument("--draft-ms", type=float, default=DRAFT_MS)
-    parser.add_argument("--policy", choices=sorted(POLICIES), default="cost-aware",
-                        help="cost-aware: the package's; expected-copy-rate: the candidate above")
     parser.add_argument("--quiet", action="store_true")
     args = parser.parse_args(argv)
-    make_policy = make_policy or POLICIES[args.policy]
+    make_policy = make_policy or CostAware
     rows = json.load(open(args.record))["rows"]
     # One policy for every prompt, as a bench row's generator keeps its policy's calibration between calls.
     policy = make_policy(CostModel(key={}, verify_ms=list(args.verify_ms), draft_ms=args.draft_ms))
