@@ -83,9 +83,8 @@ def test_auto_runs_float32_cpu_verifies_on_onednn_and_keys_their_calibration(sma
     target = small["qwen3"]
     drafter = make_dflash(8, SMALL_VOCAB - 1, vocab=SMALL_VOCAB, seed=5)
     available = packing_available(target)
-    assert auto_widths(target, 8) == ((2, 3, 4, 5, 6, 7, 8) if available else ())
-    assert auto_widths(target, 3) == ((2, 3) if available else ())
-    assert auto_widths(target, 1) == ()  # a plain step runs as target.generate's does
+    assert auto_widths(target, 8) == ((1, 2, 3, 4, 5, 6, 7, 8) if available else ())
+    assert auto_widths(target, 1) == ((1,) if available else ())  # the target alone through the loop
     assert auto_widths(make_target("qwen3", vocab=SMALL_VOCAB).to(torch.bfloat16), 8) == ()  # float32 only
     generator = DeLSGenerator(target, drafter, None, small["tokenizer"])
     generator.compile = True
@@ -98,7 +97,7 @@ def test_auto_runs_float32_cpu_verifies_on_onednn_and_keys_their_calibration(sma
 def test_packed_widths_are_checked_before_any_work(small):
     target = small["qwen3"]
     drafter = make_dflash(4, SMALL_VOCAB - 1, vocab=SMALL_VOCAB, seed=5)
-    for bad in ("always", (1,), (4, "8"), 4, (True,)):
+    for bad in ("always", (0,), (4, "8"), 4, (True,)):
         with pytest.raises(GenerationArgumentError, match="packed_widths"):
             DeLSGenerator(target, drafter, None, small["tokenizer"], packed_widths=bad)
     with pytest.raises(UnsupportedInputError, match="float32"):

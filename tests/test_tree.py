@@ -379,11 +379,18 @@ def test_the_replay_of_trees_gives_the_loops_acceptance(small, sampling):
 # -- the cost-aware choice between the tree and the chain --------------------------------------------------------
 
 
+class DraftsEveryBlock(CostAware):
+    """The cost-aware policy with every block drafted (no plain steps, no copy blocks): what is left to choose is the
+    shape."""
+
+    def block_kind(self, copy_lengths, can_copy):
+        return "drafted"
+
+
 def shape_policy() -> CostAware:
-    """A cost-aware policy over a table where drafting always pays (so it drafts every block): what is left to
-    choose is the shape. Blocks' timings refine the table (a tree block must not reach it: its width passes the
-    block)."""
-    return CostAware(CostModel(key={"test": True}, verify_ms=[1.0] * 4, draft_ms=0.0))
+    """A cost-aware policy that drafts every block, over a table where drafting always pays. Blocks' timings refine
+    the table (a tree block must not reach it: its width passes the block)."""
+    return DraftsEveryBlock(CostModel(key={"test": True}, verify_ms=[1.0] * 4, draft_ms=0.0))
 
 
 @pytest.mark.parametrize("tree_pays", [False, True])

@@ -24,6 +24,8 @@ HEADLINE_BEGIN = "<!-- dels-hub report: headline begin -->"
 HEADLINE_END = "<!-- dels-hub report: headline end -->"
 # The headline's columns: the row of each run that a column shows, picked by the row's name.
 HEADLINE_COLUMNS = {
+    # the target alone through our loop: what its kernels give without speculation (``packed_weights.py``)
+    "target, our loop": lambda name: name.startswith("target (loop"),
     "DFlash": lambda name: name.startswith("DFlash") and not name.endswith("+ copy"),
     "DeLS": lambda name: name.startswith("DeLS") and not name.endswith("+ copy"),
     "DeLS + copy": lambda name: name.startswith("DeLS") and name.endswith("+ copy"),

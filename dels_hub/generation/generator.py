@@ -151,9 +151,9 @@ class DeLSGenerator:
             draft_mode: at T > 0, ``"top"`` (default) or ``"sampled"``.
             tree_budget: draft a token tree of this many nodes per block instead of a chain (None or 0: chains).
             tree_branching: children kept per expanded node of the tree.
-            packed_widths: verify widths (tokens per row) whose linear products run on oneDNN's matmul instead of
-                ``F.linear`` (float32 on a CPU, ``packed_weights.py``): ``"auto"`` (default: every width from 2 to
-                the block size), a tuple of widths, or None for none. A plain step always runs as loaded.
+            packed_widths: step widths (tokens per row: 1 for a plain step) whose linear products run on oneDNN's
+                matmul instead of ``F.linear`` (float32 on a CPU, ``packed_weights.py``): ``"auto"`` (default: every
+                width from 1 to the block size), a tuple of widths, or None for none.
         """
         if not is_policy(policy):
             checked_choice("policy", policy, POLICIES)  # before anything loads
