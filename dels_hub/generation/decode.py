@@ -91,7 +91,7 @@ def speculative_decode(
     caches be reused, so that CUDA graphs recorded against their addresses are replayed. ``lm_head`` scores the drafts
     (default: the target's; a ``DraftVocabulary`` prunes them). ``policy`` decides per block whether to draft and how
     many drafts to verify (``policy.py``; default ``FixedBlocks``: every block, every draft). ``packed``: a
-    ``PackedLinears`` whose widths' verifies run on oneDNN's matmul (``packed_weights.py``; None: as loaded). Greedy
+    ``PackedLinears`` whose widths' steps run on oneDNN's matmul (``packed_weights.py``; None: as loaded). Greedy
     output is the same in every mode; sampling is distributed the same.
     """
     device, (batch, width) = input_ids.device, input_ids.shape
@@ -141,7 +141,7 @@ def speculative_decode(
                                  workspace={} if workspace is None else workspace, trash=width if padding else 0,
                                  sampled_drafts=sampled_drafts, confidence=width_from_drafts)
     verify = compiled(verify_step, device) if compile else verify_step
-    if packed is not None:  # the drafts' verify on oneDNN for its widths; the prefill and trees as loaded
+    if packed is not None:  # the loop's steps on oneDNN for its widths; the prefill and trees as loaded
         verify = packed.wrap(verify)
     node_index = torch.arange(tree.budget + 1, device=device) if tree is not None else None
     verify_tree = compiled(verify_tree_step, device) if compile and tree is not None else verify_step

@@ -36,7 +36,7 @@ def auto_widths(model, block_size: int) -> tuple[int, ...]:
 
 
 class PackedLinears:
-    """Every ``nn.Linear`` of ``model`` on oneDNN's matmul while active (``with packs:``), for the verifies of
+    """Every ``nn.Linear`` of ``model`` on oneDNN's matmul while active (``with packs:``), for the loop's steps of
     ``widths`` tokens per row (``wrap``). Only the layers' own ``forward`` changes, and only while active (an instance
     attribute, restored on exit): a torch function mode would do the same for every op of the forward, at about
     10 ms a verify of SmolLM2. ``hits`` counts the products that ran on it."""
@@ -71,7 +71,7 @@ class PackedLinears:
                 module.forward = saved
 
     def wrap(self, step):
-        """``step`` (a verify step: ``step(model, ids [B, w], ...)``) run on oneDNN when ``w`` is one of the widths,
+        """``step`` (a loop step: ``step(model, ids [B, w], ...)``) run on oneDNN when ``w`` is one of the widths,
         and plainly otherwise."""
         def packed_step(model, ids, *args, **kwargs):
             if ids.shape[-1] not in self.widths:

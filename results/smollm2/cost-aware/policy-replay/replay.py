@@ -1,8 +1,9 @@
 """Replay the cost-aware policy (``dels_hub.generation.policy.CostAware``, the loop's own class) over a record of
-``record.py``: at every block it sees what the loop would hand it (the copy match at the anchor, the drafts'
-confidences or a copy block's match lengths), commits what that block would have committed, and is charged the cost
-table's price. Prints each prompt's speedup over plain decoding (a TPOT ratio, as the bench's paired speedup) next
-to the hindsight bound (the cheapest sequence of blocks, by dynamic programming) on the same record and table.
+``record.py``: at every block it sees what the loop would hand it (the copy continuation's match lengths at the
+anchor, and the drafts' confidences when it drafts), commits what that block would have committed, and is charged
+the cost table's price. Prints each prompt's speedup over plain decoding (a TPOT ratio, as the bench's paired
+speedup) next to the hindsight bound (the cheapest sequence of blocks, by dynamic programming) on the same record
+and table.
 
     python results/smollm2/cost-aware/policy-replay/replay.py \
         results/smollm2/cost-aware/policy-replay/humaneval-16.json
@@ -64,17 +65,16 @@ def hindsight_ms(anchors: list[dict], tokens: int, verify_ms, draft_ms) -> float
     return best[1]
 
 
-def main(argv=None, make_policy=None) -> list[dict]:
+def main(argv=None) -> list[dict]:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("record")
     parser.add_argument("--verify-ms", type=float, nargs="+", default=VERIFY_MS)
     parser.add_argument("--draft-ms", type=float, default=DRAFT_MS)
     parser.add_argument("--quiet", action="store_true")
     args = parser.parse_args(argv)
-    make_policy = make_policy or CostAware
     rows = json.load(open(args.record))["rows"]
     # One policy for every prompt, as a bench row's generator keeps its policy's calibration between calls.
-    policy = make_policy(CostModel(key={}, verify_ms=list(args.verify_ms), draft_ms=args.draft_ms))
+    policy = CostAware(CostModel(key={}, verify_ms=list(args.verify_ms), draft_ms=args.draft_ms))
     results = []
     for row in rows:
         plain = (row["tokens"] - 1) * args.verify_ms[0]
