@@ -34,8 +34,12 @@ def cost(verify_ms, draft_ms=1.0) -> CostModel:
 
 def forcing(d: int, block_size: int = BLOCK) -> CostAware:
     """A cost-aware policy over a cost table that makes verifying more than ``d`` drafts ruinous and up to ``d``
-    free: it drafts every block and verifies exactly ``d`` drafts (any draft has some chance of acceptance)."""
-    return CostAware(cost([1.0] * (d + 1) + [1e6] * (block_size - 1 - d), draft_ms=0.0))
+    free: it drafts every block and verifies exactly ``d`` drafts (any draft has some chance of acceptance; so has
+    a copied one, at every match length, once each was seen accepted)."""
+    policy = CostAware(cost([1.0] * (d + 1) + [1e6] * (block_size - 1 - d), draft_ms=0.0))
+    for length in range(1, policy.copy_acceptance.bins):
+        policy.copy_acceptance.update(length, True)
+    return policy
 
 
 class DraftCalls:
@@ -300,7 +304,7 @@ def test_copy_blocks_are_priced_by_their_own_continuation_and_compete_with_draft
     assert copy_plan.copied and not copy_plan.drafted and copy_plan.width == 5  # up to the last copied draft
     policy.observe(copy_plan, [5], [True], 10.0, [3])
     # Drafted blocks at match 3 measured better (8 tokens in 20 ms) than this copy block is expected to do
-    # (about 3.2 tokens in 10 ms at the prior acceptance m / (m + 1)): draft.
+    # (about 3 tokens in 10 ms at the prior acceptance (m - 1) / m): draft.
     policy.observe(policy.plan([[0.9] * (BLOCK - 1)], BLOCK, 1), [BLOCK], [True], 20.0, [3])
     assert policy.block_kind(continuation, can_copy=True) == "drafted"
     # ... but not for a row of the batch whose match length has no drafted block yet.
@@ -326,6 +330,25 @@ def test_copy_blocks_are_priced_by_their_own_continuation_and_compete_with_draft
         rising.copy_acceptance.update(4, True)
     assert rising.copy_plan([[1] * (BLOCK - 1)], 1).width == 1
     assert rising.copy_plan([[4] * (BLOCK - 1)], 1).width == BLOCK
+
+
+def test_a_copy_block_of_nothing_is_priced_as_a_plain_step_and_short_matches_start_unlikely():
+    # Copy blocks measured 50% slower than their table while plain steps kept theirs: a copy block whose expected
+    # rate beats a verify of 1 at the copy blocks' price, but not a plain step at its own, takes the plain step.
+    costs = CostModel(key={"test": True}, verify_ms=[10.0] * BLOCK, draft_ms=10.0,
+                      scale={"plain": 1.0, "drafted": 1.0, "copied": 1.5}, refine=False)
+    policy = CostAware(costs)
+    for _ in range(200):  # copies at a match of 2 land a quarter of the time
+        for accepted in (True, False, False, False):
+            policy.copy_acceptance.update(2, accepted)
+    continuation = [[2] * (BLOCK - 1)]
+    expected = policy.copy_expected(continuation)[0][-1]  # about 1.33 tokens
+    assert 1 / 15.0 < expected / 15.0 < 1 / 10.0
+    assert policy.copy_plan(continuation, 1).kind == "plain"
+    # Before any observation, a draft copied at a match of 1 is expected to fail, one copied at 4 mostly not.
+    fresh = CostAware(cost([10.0] * BLOCK))
+    assert fresh.copy_acceptance(1) == 0.0 and fresh.copy_acceptance(4) == pytest.approx(0.75)
+    assert fresh.copy_plan([[1] * (BLOCK - 1)], 1).kind == "plain"
 
 
 @pytest.mark.parametrize("rows", [1, 3])
