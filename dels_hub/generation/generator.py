@@ -273,7 +273,7 @@ class DeLSGenerator:
         result = speculative_decode(self.target, self.drafter, input_ids, settings, prompt_lengths=prompt_lengths,
                                     head=self.head, generator=generator, streamer=streamer,
                                     static_cache=static_cache, compile=self.compile, workspace=self._workspace,
-                                    lm_head=self.draft_lm_head, packed=self.packed(settings.block_size),
+                                    lm_head=self.draft_lm_head, packed=self.packed(settings.block_size, tree),
                                     policy=self.draft_policy(policy, settings, input_ids.shape[0], static_cache))
         if not (return_dict_in_generate or config.return_dict_in_generate):
             return result.sequences
@@ -336,16 +336,20 @@ class DeLSGenerator:
         return calibrate(self.target, drafting, block_size=settings.block_size, batch=batch,
                          static_cache=static_cache, verify=verify, draft=draft_step, key=key, widths=widths)
 
-    def _packed_widths(self, block_size: int) -> tuple[int, ...]:
-        """The verify widths packed in a call with ``block_size``: none compiled (inductor has its own kernels)."""
+    def _packed_widths(self, block_size: int, tree=None) -> tuple[int, ...]:
+        """The step widths on oneDNN in a call with ``block_size`` (and ``tree``: its verifies of up to its budget's
+        nodes and the root too, under ``"auto"``): none compiled (inductor has its own kernels)."""
         if self.compile:
             return ()
-        return auto_widths(self.target, block_size) if self.packed_widths == "auto" else self.packed_widths
+        if self.packed_widths != "auto":
+            return self.packed_widths
+        return auto_widths(self.target, max(block_size, tree.budget + 1 if tree is not None else 0))
 
-    def packed(self, block_size: int) -> PackedLinears | None:
-        """The target's packed linear layers for a call with ``block_size`` (shared with every generator over the same
-        target), or None."""
-        return packed_linears(self.target, self._packed_widths(block_size))
+    def packed(self, block_size: int, tree=None) -> PackedLinears | None:
+        """The target's linear layers on oneDNN for a call with ``block_size`` and ``tree`` (shared with every
+        generator over the same target), or None. The cost model's key names the chain's widths only: its
+        calibration times chains."""
+        return packed_linears(self.target, self._packed_widths(block_size, tree))
 
     # -- validation at the boundary -------------------------------------------------------------------
 

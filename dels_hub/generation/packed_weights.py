@@ -31,7 +31,9 @@ def packing_available(model) -> bool:
 
 
 def auto_widths(model, block_size: int) -> tuple[int, ...]:
-    """The widths ``"auto"`` runs on oneDNN: every step of 1..``block_size`` tokens, when it applies; else none."""
+    """The widths ``"auto"`` runs on oneDNN: every step of 1..``block_size`` tokens, when it applies; else none. (A
+    call with a tree passes its largest tree, budget + 1 tokens, when that is wider: its tree verifies run there
+    too.)"""
     return tuple(range(1, block_size + 1)) if packing_available(model) else ()
 
 
