@@ -254,9 +254,11 @@ def test_copy_blocks_at_t_above_0_keep_the_target_distribution(small, monkeypatc
     """Copy blocks (the copy expert's continuation, no drafter) under top-token matching: the target's distribution.
     Negative control: a matcher that keeps every copied draft leans to the copies, and the test sees it."""
     target = small["qwen3"]
-    never_drafts = CostModel(key={}, verify_ms=[1.0] * 4, draft_ms=1e6, refine=False)
+    policy = CostAware(CostModel(key={}, verify_ms=[1.0] * 4, draft_ms=1e6, refine=False))  # never drafts
+    for length in range(1, policy.copy_acceptance.bins):  # and copies at any match (a copy was seen to land)
+        policy.copy_acceptance.update(length, True)
     generator = DeLSGenerator(target, make_dflash(4, SMALL_VOCAB - 1, vocab=SMALL_VOCAB), small["head"],
-                              small["tokenizer"], copy_ngram=2, policy=CostAware(never_drafts))
+                              small["tokenizer"], copy_ngram=2, policy=policy)
     if biased:
         monkeypatch.setattr("dels_hub.generation.decode.verify_match", accept_every_top_draft)
     phrase = small_prompts(count=1, length=3, seed=11)[0]

@@ -65,7 +65,7 @@ def hindsight_ms(anchors: list[dict], tokens: int, verify_ms, draft_ms) -> float
     return best[1]
 
 
-def main(argv=None) -> list[dict]:
+def main(argv=None, policy_class=CostAware) -> list[dict]:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("record")
     parser.add_argument("--verify-ms", type=float, nargs="+", default=VERIFY_MS)
@@ -74,7 +74,7 @@ def main(argv=None) -> list[dict]:
     args = parser.parse_args(argv)
     rows = json.load(open(args.record))["rows"]
     # One policy for every prompt, as a bench row's generator keeps its policy's calibration between calls.
-    policy = CostAware(CostModel(key={}, verify_ms=list(args.verify_ms), draft_ms=args.draft_ms))
+    policy = policy_class(CostModel(key={}, verify_ms=list(args.verify_ms), draft_ms=args.draft_ms))
     results = []
     for row in rows:
         plain = (row["tokens"] - 1) * args.verify_ms[0]
