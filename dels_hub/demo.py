@@ -5,7 +5,8 @@ import time
 
 import torch
 
-from .bench.peers import TimingStreamer
+from .bench.peers import target_generate_row
+from .bench.rows import Sampling
 from .copy_expert import DEFAULT_NGRAM
 from .generation import DeLSGenerator
 from .generation.policy import describe_policy
@@ -25,14 +26,9 @@ def _time_per_output_token(output) -> float:
     return output.decode_seconds / max(output.num_new_tokens - 1, 1)
 
 
-def _timed_target_generate(target, input_ids, max_new_tokens: int) -> tuple[torch.Tensor, float]:
-    """``target.generate``'s greedy tokens and its seconds per output token after the first, as the bench times it."""
-    streamer = TimingStreamer()
-    sequences = target.generate(input_ids, attention_mask=torch.ones_like(input_ids), max_new_tokens=max_new_tokens,
-                                do_sample=False, streamer=streamer)
-    finished = time.perf_counter()
-    new_tokens = sequences.shape[1] - input_ids.shape[1]
-    return sequences, (finished - streamer.first_token_at) / max(new_tokens - 1, 1)
+def _time_per_output_token_of(sample) -> float:
+    """A bench sample's decode seconds per token after the first, as ``_time_per_output_token``."""
+    return (sample.total_seconds - sample.time_to_first_token) / max(len(sample.new_tokens) - 1, 1)
 
 
 def run_demo(prompt: str = DEFAULT_PROMPT, max_new_tokens: int = 128, dflash=None, head=None, print_fn=print) -> dict:
@@ -76,10 +72,13 @@ def run_demo(prompt: str = DEFAULT_PROMPT, max_new_tokens: int = 128, dflash=Non
         "dels": dels.generate(input_ids, **settings),
         "dels_copy": copying.generate(input_ids, **settings),
     }
-    reference, reference_tpot = _timed_target_generate(target, input_ids, max_new_tokens)
+    # target.generate, timed as the bench's reference row times it
+    pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id
+    reference = target_generate_row(target, pad).generate(input_ids, Sampling(max_new_tokens), seed=0)
+    reference_tpot = _time_per_output_token_of(reference)
     shipped = runs["dels_copy"]
     reply = tokenizer.decode(shipped.sequences[0, input_ids.shape[1]:], skip_special_tokens=True)
-    identical = all(torch.equal(out.sequences, reference) for out in runs.values())
+    identical = all(out.sequences[0, input_ids.shape[1]:].tolist() == reference.new_tokens for out in runs.values())
     tpot = {name: _time_per_output_token(out) for name, out in runs.items()}
     results = {
         "reply": reply,

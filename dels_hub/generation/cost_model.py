@@ -79,8 +79,10 @@ class CostModel:
         return (self.draft_ms + self.verify_ms[width - 1]) * self.scale["drafted"]
 
     def copied_ms(self, width: int) -> float:
-        """A copy block that verifies ``width`` tokens: the copy expert's drafts cost no forward of their own."""
-        return self.verify_ms[width - 1] * self.scale["copied"]
+        """A copy block that verifies ``width`` tokens: the copy expert's drafts cost no forward of their own. Width 1
+        copies nothing, so it is a plain step, at a plain step's running price (copy blocks' measured overhead must
+        not make plain steps look dearer than they are)."""
+        return self.plain_ms() if width == 1 else self.verify_ms[width - 1] * self.scale["copied"]
 
     def observe(self, kind: str, width: int, measured_ms: float) -> None:
         """Fold one block's measured time into the running ratio of its ``kind`` ("plain", "drafted", "copied")."""

@@ -324,7 +324,7 @@ class CostAware:
         match_lengths = None if copy_lengths is None else [row[0] for row in copy_lengths]
         if not (can_copy and any(match_lengths or [])):
             return DRAFTED if self.draft_now(match_lengths) else PLAIN
-        copy_rate, _ = best_width(self.copy_expected(copy_lengths), self.copy_block_ms, self.widths)
+        copy_rate, _ = best_width(self.copy_expected(copy_lengths), self.cost.copied_ms, self.widths)
         drafted = [self.bucket(m).rate() for m in match_lengths]
         if None not in drafted and sum(drafted) > max(copy_rate, len(drafted) / self.cost.plain_ms()):
             return DRAFTED
@@ -411,16 +411,11 @@ class CostAware:
         were copied at."""
         return [expected_tokens([self.copy_acceptance(m) for m in row]) for row in lengths]
 
-    def copy_block_ms(self, width: int) -> float:
-        """A copy block's price: width 1 copies nothing, so it is a plain step, at a plain step's running price (a
-        copy block's measured overhead, the wider verify's, must not make plain steps look dearer than they are)."""
-        return self.cost.plain_ms() if width == 1 else self.cost.copied_ms(width)
-
     def copy_plan(self, lengths: list[list[int]], rows: int) -> BlockPlan:
         """A copy block's width from the match lengths ``[B][k]`` its drafts were copied at: the one that maximises
         the rows' expected tokens together per millisecond; width 1 (no copied draft worth verifying) is a plain
         step."""
-        rate, width = best_width(self.copy_expected(lengths), self.copy_block_ms, self.widths)
+        rate, width = best_width(self.copy_expected(lengths), self.cost.copied_ms, self.widths)
         if width == 1:
             return self.plain(rows)
         return BlockPlan(False, width, rows, rate * self.cost.copied_ms(width), self.cost.copied_ms(width), lengths,
