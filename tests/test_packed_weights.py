@@ -1,12 +1,16 @@
 """Verifies on oneDNN's matmul (``generation/packed_weights.py``): the same products, the target's greedy output,
 only inside the loop's verify of the chosen widths, and a calibration of their own."""
 
+import json
+
 import pytest
 import torch
 
 from dels_hub import DeLSGenerator
 from dels_hub.errors import GenerationArgumentError, UnsupportedInputError
+from dels_hub.generation import kernel_choice
 from dels_hub.generation.cost_model import calibration_key
+from dels_hub.generation.kernel_choice import faster_widths
 from dels_hub.generation.packed_weights import PackedLinears, auto_widths, packed_linears, packing_available
 
 from conftest import SMALL_VOCAB, make_dflash, make_target, small_prompts
@@ -63,10 +67,9 @@ def test_tree_verifies_run_on_onednn_too_and_equal_the_target(small):
     target = small["qwen3"]
     drafter = make_dflash(4, SMALL_VOCAB - 1, vocab=SMALL_VOCAB, seed=5)
     generator = DeLSGenerator(target, drafter, small["head"], small["tokenizer"], copy_ngram=2, tree_budget=6,
-                              policy="fixed")  # every drafted block a tree of 6 nodes and its root
+                              policy="fixed", packed_widths=tuple(range(1, 8)))  # every block a tree of 6 nodes
     packs = generator.packed(4, generator.tree)
-    assert packs.widths == tuple(range(1, 8))  # the chain's widths and every tree size up to the budget's
-    assert generator.packed(4).widths == (1, 2, 3, 4)  # a call without a tree packs the chain's
+    assert packs.widths == tuple(range(1, 8))  # the chain's widths and the tree's, its 6 nodes and its root
     for input_ids in small_prompts(count=3):
         hits = packs.hits
         expected = target.generate(input_ids, max_new_tokens=20, do_sample=False)
@@ -90,12 +93,12 @@ def test_a_broken_pack_is_caught(small, monkeypatch):
     broken = PackedLinears(target, (4,))
     generator = DeLSGenerator(target, drafter, None, small["tokenizer"], policy="fixed", packed_widths=None)
     outputs = [generator.generate(input_ids, max_new_tokens=20) for input_ids in small_prompts(count=3)]
-    monkeypatch.setattr(generator, "packed", lambda block_size, tree=None: broken)
+    monkeypatch.setattr(generator, "packed", lambda *args: broken)
     assert any(not torch.equal(generator.generate(input_ids, max_new_tokens=20), out)
                for input_ids, out in zip(small_prompts(count=3), outputs))
 
 
-def test_auto_runs_float32_cpu_verifies_on_onednn_and_keys_their_calibration(small):
+def test_auto_considers_float32_cpu_steps_and_keys_their_calibration(small):
     target = small["qwen3"]
     drafter = make_dflash(8, SMALL_VOCAB - 1, vocab=SMALL_VOCAB, seed=5)
     available = packing_available(target)
@@ -108,6 +111,46 @@ def test_auto_runs_float32_cpu_verifies_on_onednn_and_keys_their_calibration(sma
     keys = [calibration_key(target, drafter, None, block_size=8, batch=1, copy=False, draft_vocab=None,
                             compile=False, packed=packed) for packed in ((), (4, 8))]
     assert keys[0] != keys[1]  # such a loop's cost table is its own
+
+
+def test_faster_widths_keeps_the_widths_that_measured_faster_on_onednn():
+    linear = {1: 10.0, 2: 12.0, 4: 15.0, 9: 30.0}
+    onednn = {1: 11.0, 2: 11.5, 4: 14.0, 9: 31.0}
+    # 3 takes 4's choice (the next measured width above), 5..8 take 9's, 12 the widest measured's.
+    assert faster_widths((1, 2, 3, 4, 5, 8, 12), linear, onednn) == (2, 3, 4)
+    assert faster_widths((1, 2), onednn, linear) == (1,)  # the kernels' roles swapped: the other choice
+
+
+@needs_onednn
+def test_auto_packs_what_measured_faster_here_and_caches_the_choice(small, tmp_path, monkeypatch):
+    monkeypatch.setenv("DELS_HUB_CACHE", str(tmp_path))
+    target = small["qwen3"]
+    drafter = make_dflash(4, SMALL_VOCAB - 1, vocab=SMALL_VOCAB, seed=5)
+    generator = DeLSGenerator(target, drafter, None, small["tokenizer"], tree_budget=16)
+    chosen = generator._packed_widths(4, generator.tree)
+    files = list((tmp_path / "cost_models" / "kernels").glob("*.json"))
+    assert len(files) == 1
+    saved = json.loads(files[0].read_text())
+    # Every chain width and each tree of the ladder (16 and 8 nodes, and their roots) was timed on both kernels.
+    assert sorted(int(w) for w in saved["ms"]["oneDNN"]) == [1, 2, 3, 4, 9, 17]
+    ms = {name: {int(w): v for w, v in by_width.items()} for name, by_width in saved["ms"].items()}
+    assert chosen == faster_widths(tuple(range(1, 18)), ms["F.linear"], ms["oneDNN"])
+
+    # A second generator reads the choice back instead of measuring; the file decides what runs on oneDNN.
+    def no_measuring(*args, **kwargs):
+        raise AssertionError("measured again")
+
+    monkeypatch.setattr(kernel_choice, "verify_times", no_measuring)
+    faster_everywhere = {name: {w: (1.0 if name == "oneDNN" else 2.0) for w in by_width}
+                         for name, by_width in saved["ms"].items()}
+    files[0].write_text(json.dumps(dict(saved, ms=faster_everywhere)))
+    again = DeLSGenerator(target, drafter, None, small["tokenizer"], tree_budget=16)
+    assert again._packed_widths(4, again.tree) == tuple(range(1, 18))
+    assert again.packed(4).widths == (1, 2, 3, 4)  # a call without a tree: from the same file
+    slower_everywhere = {name: {w: (2.0 if name == "oneDNN" else 1.0) for w in by_width}
+                         for name, by_width in saved["ms"].items()}
+    files[0].write_text(json.dumps(dict(saved, ms=slower_everywhere)))
+    assert again._packed_widths(4, again.tree) == () and again.packed(4, again.tree) is None
 
 
 def test_packed_widths_are_checked_before_any_work(small):

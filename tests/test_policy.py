@@ -9,7 +9,6 @@ import torch
 from dels_hub import DeLSGenerator
 from dels_hub.errors import GenerationArgumentError
 from dels_hub.generation.cost_model import CostModel, cache_path, calibration_key, cost_model_for
-from dels_hub.generation.packed_weights import auto_widths
 from dels_hub.generation.policy import (
     AcceptanceCalibration,
     BlockPlan,
@@ -153,7 +152,7 @@ def test_calibration_is_persisted_and_reloaded_under_its_key(small, tmp_path, mo
     # A new generator over the same parts reads it back instead of measuring.
     measured = []
     key = calibration_key(target, drafter, small["head"], block_size=BLOCK, batch=1, copy=False, draft_vocab=None,
-                          compile=False, packed=auto_widths(target, BLOCK))  # the generator's default packs
+                          compile=False, packed=generator._packed_widths(BLOCK))  # the generator's default packs
     assert cache_path(key) == files[0]
     model, cached = cost_model_for(key, lambda: measured.append(1))
     assert cached and not measured and model.verify_ms == saved["verify_ms"]

@@ -160,6 +160,33 @@ def median_ms(work, device, repeats: int = CALIBRATION_REPEATS) -> float:
 
 
 @torch.inference_mode()
+def verify_times(target, verifies: dict, widths: tuple[int, ...], *, batch: int, static_cache: bool,
+                 repeats: int = CALIBRATION_REPEATS) -> tuple[dict, torch.Tensor, torch.Tensor]:
+    """Median milliseconds of a verify of each width in ``widths`` for ``batch`` rows after a context of
+    ``CALIBRATION_CONTEXT`` tokens, for each named step function of ``verifies`` (interleaved width by width, so a
+    change in the machine's load falls on all of them alike). Returns ``({name: {width: ms}}, context ids
+    [batch, CALIBRATION_CONTEXT], the context's hidden states)``."""
+    device, width = target.device, CALIBRATION_CONTEXT
+    # Token ids from the embedding's range; what they are does not change what a forward costs.
+    ids = torch.arange(width * batch, device=device).view(batch, width) % target.config.vocab_size
+    size = width + max(widths)
+    positions = torch.arange(size, device=device).expand(batch, size)
+    cache_arg = cache_kwarg_name(type(target))
+    target_cache = (StaticSlotCache(size, target.config.num_hidden_layers, device, target.dtype) if static_cache
+                    else DynamicTargetCache())
+    _, hidden_states = verify_step(target, ids, positions[:, :width], target_cache, cache_arg)
+    measured: dict = {name: {} for name in verifies}
+    for w in widths:
+        for name, verify in verifies.items():
+            def step(w=w, verify=verify):
+                verify(target, ids[:, -w:], positions[:, width : width + w], target_cache, cache_arg)
+                target_cache.keep(width)
+
+            measured[name][w] = median_ms(step, device, repeats)
+    return measured, ids, hidden_states
+
+
+@torch.inference_mode()
 def calibrate(target, drafting, *, block_size: int, batch: int, static_cache: bool, verify, draft, key: dict,
               widths: tuple[int, ...] | None = None, repeats: int = CALIBRATION_REPEATS) -> CostModel:
     """Time a verify of each width in ``widths`` (default 1..``block_size``) and one draft, for ``batch`` rows after
@@ -170,22 +197,11 @@ def calibrate(target, drafting, *, block_size: int, batch: int, static_cache: bo
     device, drafter = target.device, drafting.drafter
     width = CALIBRATION_CONTEXT
     widths = tuple(range(1, block_size + 1)) if widths is None else tuple(sorted(set(widths) | {block_size}))
-    # Token ids from the embedding's range; what they are does not change what a forward costs.
-    ids = torch.arange(width * batch, device=device).view(batch, width) % target.config.vocab_size
+    measured, ids, hidden_states = verify_times(target, {"verify": verify}, widths, batch=batch,
+                                                static_cache=static_cache, repeats=repeats)
+    verify_ms = [measured["verify"][min(m for m in widths if m >= w)] for w in range(1, block_size + 1)]
     size = width + block_size
     positions = torch.arange(size, device=device).expand(batch, size)
-    cache_arg = cache_kwarg_name(type(target))
-    target_cache = (StaticSlotCache(size, target.config.num_hidden_layers, device, target.dtype) if static_cache
-                    else DynamicTargetCache())
-    _, hidden_states = verify_step(target, ids, positions[:, :width], target_cache, cache_arg)
-    measured = {}
-    for w in widths:
-        def step(w=w):
-            verify(target, ids[:, -w:], positions[:, width : width + w], target_cache, cache_arg)
-            target_cache.keep(width)
-
-        measured[w] = median_ms(step, device, repeats)
-    verify_ms = [measured[min(m for m in widths if m >= w)] for w in range(1, block_size + 1)]
     # As in the loop: the context is the last block's rows before the anchor (position width - 1), then the block.
     anchor = width - 1
     features = context_features(hidden_states, drafter.config.target_layer_ids)[:, anchor - block_size : anchor]

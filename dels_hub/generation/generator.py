@@ -26,11 +26,12 @@ from .generate_arguments import (
     warping_for,
 )
 from .graph_steps import Drafting, compiled, draft_step, verify_step
+from .kernel_choice import onednn_widths
 from .output import DeLSGenerateOutput
 from .packed_weights import PackedLinears, auto_widths, checked_packed_widths, packed_linears, packing_available
 from .policy import POLICIES, is_policy, make_policy
 from .settings import DecodeSettings, checked_block_size
-from .tree import DEFAULT_BRANCHING, TreeFusion, checked_tree
+from .tree import DEFAULT_BRANCHING, TreeFusion, budget_ladder, checked_tree
 
 DRAFT_MODES = ("top", "sampled")
 logger = logging.getLogger(__name__)
@@ -152,8 +153,9 @@ class DeLSGenerator:
             tree_budget: draft a token tree of this many nodes per block instead of a chain (None or 0: chains).
             tree_branching: children kept per expanded node of the tree.
             packed_widths: step widths (tokens per row: 1 for a plain step) whose linear products run on oneDNN's
-                matmul instead of ``F.linear`` (float32 on a CPU, ``packed_weights.py``): ``"auto"`` (default: every
-                width from 1 to the block size), a tuple of widths, or None for none.
+                matmul instead of ``F.linear`` (float32 on a CPU, ``packed_weights.py``): ``"auto"`` (default: the
+                widths from 1 to the block size, and the tree's, that measured faster on oneDNN on this machine,
+                once, cached; ``kernel_choice.py``), a tuple of widths, or None for none.
         """
         if not is_policy(policy):
             checked_choice("policy", policy, POLICIES)  # before anything loads
@@ -270,10 +272,11 @@ class DeLSGenerator:
         self._check_batch(input_ids.shape[0], streamer, static_cache)
         if generator is None and seed is not None:
             generator = torch.Generator(device=self.device).manual_seed(seed)
+        packed = self.packed(settings.block_size, tree, input_ids.shape[0], static_cache)
         result = speculative_decode(self.target, self.drafter, input_ids, settings, prompt_lengths=prompt_lengths,
                                     head=self.head, generator=generator, streamer=streamer,
                                     static_cache=static_cache, compile=self.compile, workspace=self._workspace,
-                                    lm_head=self.draft_lm_head, packed=self.packed(settings.block_size, tree),
+                                    lm_head=self.draft_lm_head, packed=packed,
                                     policy=self.draft_policy(policy, settings, input_ids.shape[0], static_cache))
         if not (return_dict_in_generate or config.return_dict_in_generate):
             return result.sequences
@@ -303,7 +306,8 @@ class DeLSGenerator:
         key = calibration_key(self.target, self.drafter, self.head, block_size=settings.block_size, batch=batch,
                               copy=settings.copy_weights is not None,
                               draft_vocab=None if vocab is None else int(vocab.token_ids.numel()),
-                              compile=self.compile, packed=self._packed_widths(settings.block_size))
+                              compile=self.compile,
+                              packed=self._packed_widths(settings.block_size, None, batch, static_cache))
         mode = "greedy" if settings.warping.greedy else settings.draft_mode
         slot = (repr(key), mode)
         if slot not in self._policies:
@@ -330,26 +334,32 @@ class DeLSGenerator:
                             head.log_prior().to(self.device) if head is not None else None, settings.alpha,
                             settings.beta, settings.copy_weights, confidence=True)
         verify = compiled(verify_step, self.device) if self.compile and static_cache else verify_step
-        packed = self.packed(settings.block_size)
+        packed = self.packed(settings.block_size, None, batch, static_cache)
         if packed is not None:
             verify = packed.wrap(verify)
         return calibrate(self.target, drafting, block_size=settings.block_size, batch=batch,
                          static_cache=static_cache, verify=verify, draft=draft_step, key=key, widths=widths)
 
-    def _packed_widths(self, block_size: int, tree=None) -> tuple[int, ...]:
-        """The step widths on oneDNN in a call with ``block_size`` (and ``tree``: its verifies of up to its budget's
-        nodes and the root too, under ``"auto"``): none compiled (inductor has its own kernels)."""
+    def _packed_widths(self, block_size: int, tree=None, batch: int = 1, static_cache: bool = True) -> tuple[
+            int, ...]:
+        """The step widths on oneDNN in a call with ``block_size``, ``batch`` rows (and ``tree``: its verifies of up
+        to its budget's nodes and the root too, under ``"auto"``): none compiled (inductor has its own kernels).
+        ``"auto"`` keeps the widths that measured faster on oneDNN on this machine (``kernel_choice.py``): every
+        chain width, and each tree of the call's ladder at its own size."""
         if self.compile:
             return ()
         if self.packed_widths != "auto":
             return self.packed_widths
-        return auto_widths(self.target, max(block_size, tree.budget + 1 if tree is not None else 0))
+        trees = budget_ladder(tree) if tree is not None else []
+        candidates = auto_widths(self.target, max(block_size, tree.budget + 1 if tree is not None else 0))
+        measured = tuple(sorted(set(range(1, block_size + 1)) | {shape.budget + 1 for shape in trees}))
+        return onednn_widths(self.target, candidates, measured, batch=batch, static_cache=static_cache)
 
-    def packed(self, block_size: int, tree=None) -> PackedLinears | None:
-        """The target's linear layers on oneDNN for a call with ``block_size`` and ``tree`` (shared with every
-        generator over the same target), or None. The cost model's key names the chain's widths only: its
-        calibration times chains."""
-        return packed_linears(self.target, self._packed_widths(block_size, tree))
+    def packed(self, block_size: int, tree=None, batch: int = 1, static_cache: bool = True) -> PackedLinears | None:
+        """The target's linear layers on oneDNN for a call with ``block_size``, ``tree`` and ``batch`` rows (shared
+        with every generator over the same target), or None. The cost model's key names the chain's widths only:
+        its calibration times chains."""
+        return packed_linears(self.target, self._packed_widths(block_size, tree, batch, static_cache))
 
     # -- validation at the boundary -------------------------------------------------------------------
 

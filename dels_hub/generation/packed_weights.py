@@ -8,12 +8,13 @@ eight, on the same weights, with no copy of them: the loop's calibrated table re
 tokens against 37-39 ms for one (``results/smollm2/onednn-verify/``). An earlier version packed the weights once
 per width for MKL's packed GEMM (a copy each); on this machine oneDNN is faster at every width.
 
-oneDNN is faster for one row too (31 ms to 23 for the linear layers), so the loop's plain steps run on it as well:
-the bench's "target (loop, b=1)" row then shows what the kernel alone gives over ``target.generate``, and a
-speculative row's speedup over that row is speculation's. Only the loop's steps of a chosen set of widths (per row:
-``PackedLinears.wrap``) run on it; the prefill, ``target.generate`` and anything else that calls the model keep
-``F.linear``. Another kernel sums in another order, as any other width's does, so greedy output stays the target's
-up to float32 near-ties, as for every verify.
+There oneDNN is faster for one row too (31 ms to 23 for the linear layers), so the loop's plain steps run on it as
+well: the bench's "target (loop, b=1)" row then shows what the kernel alone gives over ``target.generate``, and a
+speculative row's speedup over that row is speculation's. Elsewhere it may lose at some widths (an Intel Xeon with
+AMX: one row), so ``"auto"`` keeps the widths that measured faster on this machine (``kernel_choice.py``).
+Only the loop's steps of a chosen set of widths (per row: ``PackedLinears.wrap``) run on it; the prefill,
+``target.generate`` and anything else that calls the model keep ``F.linear``. Another kernel sums in another order,
+as any other width's does, so greedy output stays the target's up to float32 near-ties, as for every verify.
 """
 
 import weakref
@@ -31,9 +32,9 @@ def packing_available(model) -> bool:
 
 
 def auto_widths(model, block_size: int) -> tuple[int, ...]:
-    """The widths ``"auto"`` runs on oneDNN: every step of 1..``block_size`` tokens, when it applies; else none. (A
-    call with a tree passes its largest tree, budget + 1 tokens, when that is wider: its tree verifies run there
-    too.)"""
+    """The widths ``"auto"`` considers for oneDNN (it keeps those that measured faster, ``kernel_choice.py``): every
+    step of 1..``block_size`` tokens, when it applies; else none. (A call with a tree passes its largest tree,
+    budget + 1 tokens, when that is wider: its tree verifies may run there too.)"""
     return tuple(range(1, block_size + 1)) if packing_available(model) else ()
 
 
