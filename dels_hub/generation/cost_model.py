@@ -141,9 +141,10 @@ def calibration_key(target, drafter, head, *, block_size: int, batch: int, copy:
             "torch": torch.__version__}
 
 
-def cache_path(key: dict) -> Path:
+def cache_path(key: dict, folder: Path | None = None) -> Path:
+    """The file of ``key`` in ``folder`` (default: ``cache_folder()``), named by the key's hash."""
     digest = hashlib.sha256(json.dumps(key, sort_keys=True).encode()).hexdigest()[:20]
-    return cache_folder() / f"{digest}.json"
+    return (folder or cache_folder()) / f"{digest}.json"
 
 
 def median_ms(work, device, repeats: int = CALIBRATION_REPEATS) -> float:

@@ -9,14 +9,13 @@ through the loop 0.88x of ``target.generate`` there; with the widths measured, 1
 of each width with both kernels, interleaved, and keeps oneDNN where it was faster.
 """
 
-import hashlib
 import json
 from pathlib import Path
 
 import torch
 
 from ..files import write_text_atomic
-from .cost_model import cache_folder, describe_device, describe_model, verify_times
+from .cost_model import cache_folder, cache_path, describe_device, describe_model, verify_times
 from .graph_steps import verify_step
 from .packed_weights import PackedLinears
 
@@ -44,8 +43,7 @@ def choice_key(target, batch: int, static_cache: bool) -> dict:
 
 
 def choice_path(key: dict) -> Path:
-    digest = hashlib.sha256(json.dumps(key, sort_keys=True).encode()).hexdigest()[:20]
-    return cache_folder() / "kernels" / f"{digest}.json"
+    return cache_path(key, cache_folder() / "kernels")
 
 
 def onednn_widths(target, candidates: tuple[int, ...], measured: tuple[int, ...], *, batch: int,
